@@ -1,0 +1,49 @@
+# Broadside — `make test` is the one test command (CI runs it via .ci/run).
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+GO ?= go
+FUZZTIME ?= 30s
+DST_SEEDS ?= 500
+SOAK_SEEDS ?= 20000
+
+.PHONY: test deps vet unit dst generate fuzz bench dst-soak lint build
+
+## test: install missing system packages, vet, run every test (the deterministic simulator included)
+test: deps vet unit dst
+
+## deps: install what the tests need on a fresh Debian machine (flatc; later X11/GL for the viewer)
+deps:
+	@./scripts/deps.sh
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+## unit: all package tests except the long simulator run (which `dst` runs with a summary line)
+unit:
+	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v /internal/dst$$)
+
+## dst: the deterministic simulator over DST_SEEDS seeds, plus the injected-bug and fsync runs
+dst:
+	$(GO) test -count=1 -timeout 15m -v ./internal/dst -dst.seeds=$(DST_SEEDS) \
+	  | grep -E '^(dst|--- FAIL|FAIL|ok|PASS)|violation|replay:' 
+
+## dst-soak: a long simulator soak (SOAK_SEEDS seeds)
+dst-soak:
+	$(GO) test -count=1 -timeout 4h -v -run 'TestSimulate$$' ./internal/dst -dst.seeds=$(SOAK_SEEDS) -dst.first=100000 \
+	  | grep -E '^(dst|--- FAIL|FAIL|ok)|violation|replay:'
+
+## generate: regenerate committed generated code (FlatBuffers)
+generate: deps
+	$(GO) generate ./...
+
+## fuzz: run every fuzz target for FUZZTIME each
+fuzz:
+	@./scripts/fuzz.sh $(FUZZTIME)
+
+## bench: micro-benchmarks
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+build:
+	CGO_ENABLED=0 $(GO) build ./cmd/broadside

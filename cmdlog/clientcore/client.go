@@ -1,0 +1,473 @@
+// Package clientcore is the cmdlog client as a pure state machine: it sends
+// each append to every sequencing replica of the current view and completes
+// it when all acknowledged; it retries with the same record id on timeout or
+// view change (replicas deduplicate, so a retry never stores twice); it
+// reads from shards and asks the leader for the tail. cmdlog.Client drives
+// it over the network; the simulator drives it directly.
+package clientcore
+
+import (
+	"slices"
+
+	"github.com/anoptic/broadside/cmdlog/msg"
+)
+
+// Config parameterises a Client.
+type Config struct {
+	// ID is the client's node id (its network address).
+	ID msg.NodeID
+	// ClientID is the deduplication identity of the records it appends.
+	// It must be unique across the cluster's lifetime for each client
+	// incarnation (a restarted producer that wants exactly-once re-appends
+	// reuses its ClientID and request numbers).
+	ClientID uint64
+	Layout   msg.Layout
+	// RetryTicks: unacknowledged requests are resent after this long.
+	RetryTicks int
+	// MaxBatch caps records per Append message.
+	MaxBatch int
+}
+
+// Completion reports the outcome of a request.
+type Completion struct {
+	Kind CompletionKind
+	// ID is the appended record's id (CompleteAppend).
+	ID msg.RecordID
+	// ReqID names the read, tail or trim request.
+	ReqID uint64
+	// Entries are the entries read (CompleteRead).
+	Entries []msg.Entry
+	// Err is the read outcome (CompleteRead).
+	Err msg.ReadErr
+	// Tail is the log tail (CompleteTail); TrimmedTo after a trim.
+	Tail     uint64
+	StableGP uint64
+	// View is the view the request completed in.
+	View uint64
+}
+
+// CompletionKind says which request completed.
+type CompletionKind uint8
+
+const (
+	CompleteAppend CompletionKind = iota + 1
+	CompleteRead
+	CompleteTail
+	CompleteTrim
+)
+
+// Ready is the work a Client asks of its driver: send Messages, deliver
+// Completions.
+type Ready struct {
+	Messages    []msg.Envelope
+	Completions []Completion
+}
+
+type pendingAppend struct {
+	rec      msg.Record
+	view     uint64
+	acks     []msg.NodeID
+	sentAt   int64
+	unsent   bool
+	attempts int
+}
+
+type pendingRead struct {
+	req    msg.Read
+	shard  msg.NodeID
+	sentAt int64
+}
+
+type pendingTail struct {
+	reqID  uint64
+	sentAt int64
+	sent   bool
+}
+
+type pendingTrim struct {
+	req    msg.Trim
+	acks   []msg.NodeID
+	sentAt int64
+}
+
+// Client is the cmdlog client core.
+type Client struct {
+	cfg Config
+	now int64
+
+	view    msg.ViewRecord
+	viewRev uint64
+
+	nextSeq uint64
+	// appends in request order; completed ones are removed.
+	appends  []*pendingAppend
+	byID     map[uint64]*pendingAppend
+	nextReq  uint64
+	reads    map[uint64]*pendingRead
+	readIDs  []uint64
+	tails    []*pendingTail
+	trims    []*pendingTrim
+	coordReq uint64
+	coordAt  int64
+	wantView bool
+
+	ready Ready
+}
+
+// New returns a client. It learns the view from the coordinator before
+// sending appends.
+func New(cfg Config) *Client {
+	if cfg.RetryTicks <= 0 {
+		cfg.RetryTicks = 8
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 512
+	}
+	c := &Client{
+		cfg:      cfg,
+		byID:     make(map[uint64]*pendingAppend),
+		reads:    make(map[uint64]*pendingRead),
+		wantView: true,
+	}
+	return c
+}
+
+// NewResuming returns a client that continues an earlier incarnation's
+// request numbering after lastSeq (used by producers that re-append with
+// deterministic ids after a crash).
+func NewResuming(cfg Config, lastSeq uint64) *Client {
+	c := New(cfg)
+	c.nextSeq = lastSeq
+	return c
+}
+
+// View returns the view the client currently sends to.
+func (c *Client) View() msg.ViewRecord { return c.view }
+
+// Pending returns the number of appends not yet complete.
+func (c *Client) Pending() int { return len(c.appends) }
+
+// Ready returns the accumulated work and resets it. Unsent appends are cut
+// into batched Append messages here, so appends issued together share
+// messages.
+func (c *Client) Ready() Ready {
+	c.flushAppends()
+	if c.wantView && c.coordReq == 0 {
+		c.requestView()
+	}
+	rd := c.ready
+	c.ready = Ready{}
+	return rd
+}
+
+func (c *Client) send(to msg.NodeID, m msg.Message) {
+	c.ready.Messages = append(c.ready.Messages, msg.Envelope{From: c.cfg.ID, To: to, Msg: m})
+}
+
+func (c *Client) complete(cp Completion) {
+	c.ready.Completions = append(c.ready.Completions, cp)
+}
+
+// Append queues data for appending and returns its record id.
+func (c *Client) Append(data []byte) msg.RecordID {
+	c.nextSeq++
+	return c.AppendWithID(msg.RecordID{Client: c.cfg.ClientID, Seq: c.nextSeq}, data)
+}
+
+// AppendWithID queues a record with a caller-chosen id (deterministic
+// producers such as the world ticker). Appending an id twice is harmless:
+// the replicas store it once.
+func (c *Client) AppendWithID(id msg.RecordID, data []byte) msg.RecordID {
+	if _, dup := c.byID[id.Seq]; dup && id.Client == c.cfg.ClientID {
+		return id
+	}
+	p := &pendingAppend{rec: msg.Record{ID: id, Data: data}, unsent: true}
+	c.appends = append(c.appends, p)
+	if id.Client == c.cfg.ClientID {
+		c.byID[id.Seq] = p
+	}
+	return id
+}
+
+// Read asks for up to max entries starting at from (within one stripe run);
+// it completes with the entries or an error. Reads above stable-gp wait.
+func (c *Client) Read(from uint64, max uint32) uint64 {
+	c.nextReq++
+	r := &pendingRead{req: msg.Read{ReqID: c.nextReq, From: from, Max: max}, shard: c.cfg.Layout.ShardOf(from), sentAt: c.now}
+	c.reads[r.req.ReqID] = r
+	c.readIDs = append(c.readIDs, r.req.ReqID)
+	c.send(r.shard, r.req)
+	return r.req.ReqID
+}
+
+// CheckTail asks the leader for the log's tail.
+func (c *Client) CheckTail() uint64 {
+	c.nextReq++
+	t := &pendingTail{reqID: c.nextReq}
+	c.tails = append(c.tails, t)
+	c.sendTail(t)
+	return t.reqID
+}
+
+// Trim asks every shard to drop positions up to and including upTo (at
+// most up to stable-gp).
+func (c *Client) Trim(upTo uint64) uint64 {
+	c.nextReq++
+	t := &pendingTrim{req: msg.Trim{ReqID: c.nextReq, UpTo: upTo}, sentAt: c.now}
+	c.trims = append(c.trims, t)
+	for _, s := range c.cfg.Layout.Shards {
+		c.send(s, t.req)
+	}
+	return t.req.ReqID
+}
+
+func (c *Client) sendTail(t *pendingTail) {
+	t.sentAt = c.now
+	if c.viewRev == 0 || !c.view.Active() {
+		t.sent = false
+		c.wantView = true
+		return
+	}
+	t.sent = true
+	c.send(c.view.Leader, msg.CheckTail{ReqID: t.reqID})
+}
+
+func (c *Client) requestView() {
+	c.nextReq++
+	c.coordReq = c.nextReq
+	c.coordAt = c.now
+	c.send(msg.Coordinator, msg.CoordGet{ReqID: c.coordReq})
+}
+
+func (c *Client) flushAppends() {
+	if c.viewRev == 0 || !c.view.Active() {
+		return
+	}
+	var batch []msg.Record
+	for _, p := range c.appends {
+		if !p.unsent {
+			continue
+		}
+		p.unsent = false
+		p.view = c.view.Number
+		p.acks = p.acks[:0]
+		p.sentAt = c.now
+		p.attempts++
+		batch = append(batch, p.rec)
+		if len(batch) == c.cfg.MaxBatch {
+			c.sendBatch(batch, c.view.Members)
+			batch = nil
+		}
+	}
+	if len(batch) > 0 {
+		c.sendBatch(batch, c.view.Members)
+	}
+}
+
+func (c *Client) sendBatch(batch []msg.Record, to []msg.NodeID) {
+	for _, m := range to {
+		c.send(m, msg.Append{View: c.view.Number, Records: batch})
+	}
+}
+
+// Tick advances logical time and resends what timed out.
+func (c *Client) Tick() {
+	c.now++
+	retry := int64(c.cfg.RetryTicks)
+	if c.coordReq != 0 && c.now-c.coordAt > retry {
+		c.requestView()
+	}
+	// Appends: resend to replicas that have not acknowledged; after
+	// repeated failures, refresh the view.
+	per := make(map[msg.NodeID][]msg.Record)
+	var order []msg.NodeID
+	for _, p := range c.appends {
+		if p.unsent || c.now-p.sentAt <= retry {
+			continue
+		}
+		p.sentAt = c.now
+		p.attempts++
+		if p.attempts%3 == 0 {
+			c.wantView = true
+		}
+		for _, m := range c.view.Members {
+			if !slices.Contains(p.acks, m) {
+				if _, ok := per[m]; !ok {
+					order = append(order, m)
+				}
+				per[m] = append(per[m], p.rec)
+			}
+		}
+	}
+	for _, m := range order {
+		recs := per[m]
+		for len(recs) > 0 {
+			n := min(len(recs), c.cfg.MaxBatch)
+			c.send(m, msg.Append{View: c.view.Number, Records: recs[:n]})
+			recs = recs[n:]
+		}
+	}
+	for _, id := range c.readIDs {
+		r := c.reads[id]
+		if r != nil && c.now-r.sentAt > 4*retry {
+			r.sentAt = c.now
+			c.send(r.shard, r.req)
+		}
+	}
+	for _, t := range c.tails {
+		if c.now-t.sentAt > 2*retry {
+			c.sendTail(t)
+		}
+	}
+	for _, t := range c.trims {
+		if c.now-t.sentAt > 2*retry {
+			t.sentAt = c.now
+			for _, s := range c.cfg.Layout.Shards {
+				if !slices.Contains(t.acks, s) {
+					c.send(s, t.req)
+				}
+			}
+		}
+	}
+}
+
+// Step processes one incoming message.
+func (c *Client) Step(env msg.Envelope) {
+	switch m := env.Msg.(type) {
+	case msg.AppendAck:
+		c.onAck(env.From, m)
+	case msg.AppendReject:
+		c.wantView = true
+	case msg.ReadResp:
+		c.onRead(m)
+	case msg.TailResp:
+		c.onTail(m)
+	case msg.TrimAck:
+		c.onTrim(env.From, m)
+	case msg.CoordResp:
+		c.onView(m)
+	}
+}
+
+func (c *Client) onAck(from msg.NodeID, m msg.AppendAck) {
+	if m.View != c.view.Number || !c.view.HasMember(from) {
+		return
+	}
+	done := false
+	for _, id := range m.IDs {
+		if id.Client != c.cfg.ClientID {
+			// Records appended with foreign ids are found by scan.
+			for _, p := range c.appends {
+				if p.rec.ID == id {
+					c.ackOne(p, from)
+					done = true
+				}
+			}
+			continue
+		}
+		if p := c.byID[id.Seq]; p != nil {
+			c.ackOne(p, from)
+			done = true
+		}
+	}
+	if done {
+		kept := c.appends[:0]
+		for _, p := range c.appends {
+			if p.view == c.view.Number && !p.unsent && len(p.acks) == len(c.view.Members) {
+				if p.rec.ID.Client == c.cfg.ClientID {
+					delete(c.byID, p.rec.ID.Seq)
+				}
+				c.complete(Completion{Kind: CompleteAppend, ID: p.rec.ID, View: c.view.Number})
+				continue
+			}
+			kept = append(kept, p)
+		}
+		clear(c.appends[len(kept):])
+		c.appends = kept
+	}
+}
+
+func (c *Client) ackOne(p *pendingAppend, from msg.NodeID) {
+	if p.unsent || p.view != c.view.Number || slices.Contains(p.acks, from) {
+		return
+	}
+	p.acks = append(p.acks, from)
+}
+
+func (c *Client) onRead(m msg.ReadResp) {
+	r := c.reads[m.ReqID]
+	if r == nil {
+		return
+	}
+	if m.Err == msg.ReadOK && len(m.Entries) == 0 {
+		// Nothing stable yet (the shard shed a parked read): retry later.
+		r.sentAt = c.now
+		return
+	}
+	delete(c.reads, m.ReqID)
+	c.readIDs = slices.DeleteFunc(c.readIDs, func(id uint64) bool { return id == m.ReqID })
+	c.complete(Completion{Kind: CompleteRead, ReqID: m.ReqID, Entries: m.Entries, Err: m.Err, StableGP: m.StableGP})
+}
+
+func (c *Client) onTail(m msg.TailResp) {
+	i := slices.IndexFunc(c.tails, func(t *pendingTail) bool { return t.reqID == m.ReqID })
+	if i < 0 {
+		return
+	}
+	if !m.OK {
+		c.wantView = true
+		return
+	}
+	c.tails = slices.Delete(c.tails, i, i+1)
+	c.complete(Completion{Kind: CompleteTail, ReqID: m.ReqID, Tail: m.Tail, StableGP: m.StableGP, View: m.View})
+}
+
+func (c *Client) onTrim(from msg.NodeID, m msg.TrimAck) {
+	i := slices.IndexFunc(c.trims, func(t *pendingTrim) bool { return t.req.ReqID == m.ReqID })
+	if i < 0 {
+		return
+	}
+	t := c.trims[i]
+	if !slices.Contains(t.acks, from) {
+		t.acks = append(t.acks, from)
+	}
+	if len(t.acks) == len(c.cfg.Layout.Shards) {
+		c.trims = slices.Delete(c.trims, i, i+1)
+		c.complete(Completion{Kind: CompleteTrim, ReqID: m.ReqID, Tail: m.TrimmedTo})
+	}
+}
+
+func (c *Client) onView(m msg.CoordResp) {
+	if m.ReqID != c.coordReq {
+		return
+	}
+	c.coordReq = 0
+	if m.Rev == 0 || !m.View.Active() {
+		// No view yet, or a change under way: ask again after a while.
+		c.wantView = true
+		c.coordAt = c.now
+		c.coordReq = 0
+		c.nextReq++
+		// Delay the next poll by pretending one is outstanding.
+		c.coordReq = c.nextReq
+		return
+	}
+	c.wantView = false
+	if m.Rev <= c.viewRev {
+		return
+	}
+	changed := m.View.Number != c.view.Number
+	c.view, c.viewRev = m.View.Clone(), m.Rev
+	if changed {
+		// Retry every incomplete append in the new view with the same id.
+		for _, p := range c.appends {
+			p.unsent = true
+			p.acks = p.acks[:0]
+		}
+	}
+	for _, t := range c.tails {
+		if !t.sent {
+			c.sendTail(t)
+		}
+	}
+}

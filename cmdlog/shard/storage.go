@@ -1,0 +1,49 @@
+package shard
+
+import "github.com/anoptic/broadside/cmdlog/msg"
+
+// Meta is the small persistent state of a shard besides its entries.
+type Meta struct {
+	// Epoch is the highest writer epoch the shard has accepted; Stores from
+	// lower epochs are rejected (they come from a view that was replaced).
+	Epoch uint64
+	// StableGP is the highest stable position the shard has been told of.
+	StableGP uint64
+	// Trimmed is the highest trimmed position: every position <= Trimmed
+	// is gone.
+	Trimmed uint64
+}
+
+// Writes is one atomic, durable batch of changes to a shard's storage. The
+// driver applies it (synced) before it sends the messages that depend on it.
+// Order of application: Puts, then DeleteAbove, then TrimTo, then Meta.
+type Writes struct {
+	Puts []msg.Entry
+	// DeleteAbove, when HasDeleteAbove, removes every entry with Pos > DeleteAbove.
+	HasDeleteAbove bool
+	DeleteAbove    uint64
+	// TrimTo, when > 0, removes every entry with Pos <= TrimTo.
+	TrimTo uint64
+	// Meta, when non-nil, replaces the stored Meta.
+	Meta *Meta
+}
+
+// Empty reports whether w changes nothing.
+func (w *Writes) Empty() bool {
+	return len(w.Puts) == 0 && !w.HasDeleteAbove && w.TrimTo == 0 && w.Meta == nil
+}
+
+// Storage is where a shard keeps its entries: Pebble in production
+// (cmdlog/shardstore), a map in tests and the simulator. Reads see every
+// batch Apply has returned from.
+type Storage interface {
+	// Get returns the entry at pos, if present.
+	Get(pos uint64) (msg.Entry, bool, error)
+	// Scan calls fn for present entries with from <= Pos <= to in ascending
+	// order until fn returns false.
+	Scan(from, to uint64, fn func(msg.Entry) bool) error
+	// Meta returns the stored Meta (zero value if none was stored).
+	Meta() (Meta, error)
+	// Apply makes w durable.
+	Apply(w Writes) error
+}

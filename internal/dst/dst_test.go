@@ -1,0 +1,136 @@
+package dst
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/anoptic/broadside/cmdlog/seq"
+)
+
+var (
+	flagSeed  = flag.Uint64("dst.seed", 0, "replay one seed (with a trace)")
+	flagSeeds = flag.Int("dst.seeds", 500, "number of seeds TestSimulate runs")
+	flagFirst = flag.Uint64("dst.first", 1, "first seed TestSimulate runs")
+	flagFsync = flag.Bool("dst.fsync", false, "with -dst.seed: replay with fsync durability")
+)
+
+// TestSimulate runs many seeds with faults and expects no violation. A
+// failing seed is printed; `go test ./internal/dst -run TestSimulate
+// -dst.seed=S -v` replays it with a trace.
+func TestSimulate(t *testing.T) {
+	if *flagSeed != 0 {
+		var trace strings.Builder
+		opts := Options{Seed: *flagSeed, Trace: &trace}
+		if *flagFsync {
+			opts.Durability = seq.Fsync
+		}
+		res := Run(opts)
+		t.Log("\n" + trace.String())
+		t.Log(res.String())
+		if !res.OK() {
+			t.Fatalf("seed %d failed", *flagSeed)
+		}
+		return
+	}
+	n := *flagSeeds
+	if testing.Short() {
+		n = min(n, 50)
+	}
+	var failed []uint64
+	var total Result
+	faulty := 0
+	for i := range n {
+		seed := *flagFirst + uint64(i)
+		res := Run(Options{Seed: seed})
+		if !res.OK() {
+			failed = append(failed, seed)
+			t.Errorf("%s\nreplay: go test ./internal/dst -run TestSimulate -dst.seed=%d -v", res.String(), seed)
+		}
+		if res.Crashes+res.Partitions+res.Dropped+res.Duplicated > 0 {
+			faulty++
+		}
+		total.Appends += res.Appends
+		total.Acked += res.Acked
+		total.ViewChanges += res.ViewChanges
+		total.Crashes += res.Crashes
+		total.Partitions += res.Partitions
+		total.Dropped += res.Dropped
+		total.Duplicated += res.Duplicated
+		total.Reads += res.Reads
+	}
+	line := "dst: %d seeds, %d violations (%d seeds with faults; %d appends, %d acked, %d reads, %d view changes, %d crashes, %d partitions, %d drops, %d duplicates)\n"
+	args := []any{n, len(failed), faulty, total.Appends, total.Acked, total.Reads, total.ViewChanges, total.Crashes, total.Partitions, total.Dropped, total.Duplicated}
+	t.Logf(line, args...)
+	printf(line, args...)
+	if faulty < n*9/10 {
+		t.Errorf("only %d of %d seeds injected a fault", faulty, n)
+	}
+}
+
+// TestSimulateNoFaults checks the fault-free path end to end.
+func TestSimulateNoFaults(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		res := Run(Options{Seed: seed, NoFaults: true})
+		if !res.OK() {
+			t.Fatalf("%s", res.String())
+		}
+		if res.Acked != res.Appends {
+			t.Fatalf("seed %d: %d of %d appends acknowledged", seed, res.Acked, res.Appends)
+		}
+	}
+}
+
+// TestDeterministic: the same seed yields the same run.
+func TestDeterministic(t *testing.T) {
+	a := Run(Options{Seed: 42})
+	b := Run(Options{Seed: 42})
+	if a.String() != b.String() {
+		t.Fatalf("seed 42 ran differently:\n%s\n%s", a.String(), b.String())
+	}
+}
+
+// TestCheckerCatchesInjectedBugs proves the checker can fail: each known
+// protocol bug must be caught by the simulator's own checks (the cores'
+// self-checks are switched off) within a bounded number of seeds.
+func TestCheckerCatchesInjectedBugs(t *testing.T) {
+	bugs := []struct {
+		name string
+		bug  seq.Bugs
+	}{
+		{"stable-gp advanced before followers GC", seq.Bugs{StableBeforeFollowerGC: true}},
+		{"dedup state not carried across view change", seq.Bugs{ForgetDedup: true}},
+		{"flush does not rewrite ordered, unstable records", seq.Bugs{FlushOnlyUnordered: true}},
+	}
+	for _, b := range bugs {
+		t.Run(b.name, func(t *testing.T) {
+			for seed := uint64(1); seed <= 1000; seed++ {
+				res := Run(Options{Seed: seed, Bugs: b.bug, ExternalChecksOnly: true})
+				if !res.OK() {
+					t.Logf("caught at seed %d: %s", seed, res.Violations[0])
+					printf("dst: injected bug %q caught at seed %d\n", b.name, seed)
+					return
+				}
+			}
+			t.Fatalf("injected bug %q was not caught in 1000 seeds", b.name)
+		})
+	}
+}
+
+// TestSimulateFsync runs seeds with fsync durability, where every replica
+// may crash at once and recovers from its write-ahead log.
+func TestSimulateFsync(t *testing.T) {
+	n := 100
+	if testing.Short() {
+		n = 20
+	}
+	bad := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		res := Run(Options{Seed: seed, Durability: seq.Fsync})
+		if !res.OK() {
+			bad++
+			t.Errorf("%s\nreplay: go test ./internal/dst -run 'TestSimulate$' -dst.seed=%d -dst.fsync -v", res.String(), seed)
+		}
+	}
+	printf("dst (fsync durability): %d seeds, %d violations\n", n, bad)
+}

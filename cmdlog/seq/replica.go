@@ -301,7 +301,8 @@ func (r *Replica) View() uint64 { return r.view.Number }
 // Sealed reports whether the replica's view is sealed.
 func (r *Replica) Sealed() bool { return r.sealed }
 
-// StableGP returns the leader's stable-gp (0 on followers).
+// StableGP returns the leader's stable-gp; on followers, the highest the
+// leader announced.
 func (r *Replica) StableGP() uint64 { return r.stableGP }
 
 // LastOrderedGP returns the last position this replica knows ordered.
@@ -363,6 +364,9 @@ func (r *Replica) Tick() {
 	if r.coordReq != 0 && r.now-r.coordSentAt > int64(4*r.cfg.RetryTicks) {
 		r.resendCoord()
 	}
+	if f := r.flush; f != nil && !f.flushing && r.coordReq == 0 {
+		r.violate("view change to epoch %d waits for the coordinator without a request", f.epoch)
+	}
 }
 
 func (r *Replica) tickLeader() {
@@ -417,7 +421,7 @@ func (r *Replica) tickLeader() {
 func (r *Replica) tickPassive() {
 	if r.now-r.lastPoll >= int64(2*r.cfg.RetryTicks) && r.coordReq == 0 {
 		r.lastPoll = r.now
-		r.coordRequest(coordPoll, msg.CoordGet{})
+		r.poll()
 	}
 	// A record that names an active view we are not (or no longer) in:
 	// ask its leader to add us.
@@ -587,14 +591,24 @@ func (r *Replica) onStoreAck(from msg.NodeID, m msg.StoreAck) {
 
 func (r *Replica) onStoreReject(_ msg.NodeID, m msg.StoreReject) {
 	// A shard has seen a higher epoch: our view (or our flush) is stale.
-	if f := r.flush; f != nil && m.Epoch > f.epoch {
-		r.flush = nil
-		r.sealed = true
-		r.coordRequest(coordPoll, msg.CoordGet{})
+	if f := r.flush; f != nil {
+		if f.flushing && m.Epoch > f.epoch {
+			r.flush = nil
+			r.seal()
+			r.poll()
+		}
 		return
 	}
 	if r.role == RoleLeader && m.Epoch > r.view.Number {
-		r.sealed = true
+		r.seal()
+		r.poll()
+	}
+}
+
+// poll asks the coordinator for the view record, unless a request is
+// already outstanding (a claim or activation must never be forgotten).
+func (r *Replica) poll() {
+	if r.coordReq == 0 {
 		r.coordRequest(coordPoll, msg.CoordGet{})
 	}
 }
@@ -807,9 +821,7 @@ func (r *Replica) onSeal(from msg.NodeID, m msg.Seal) {
 	r.seal()
 	r.send(from, msg.SealAck{View: m.View})
 	r.seenChangeAt = r.now
-	if r.coordReq == 0 {
-		r.coordRequest(coordPoll, msg.CoordGet{})
-	}
+	r.poll()
 }
 
 func (r *Replica) seal() {
@@ -1035,7 +1047,13 @@ func (r *Replica) learn(v msg.ViewRecord, rev uint64) {
 		r.noteSeen(v, rev)
 	}
 	if !v.Active() {
-		// A change is under way: stop serving the old view.
+		// A change is under way. A member of the record's last active view
+		// that never started it may start it now (it acknowledged nothing in
+		// it, so the record holds its whole state) and then, sealed, take
+		// the change over if the flusher fails.
+		if r.flush == nil && v.Number > r.view.Number && v.Number > r.lastStartedView && v.HasMember(r.cfg.ID) {
+			r.startView(v, rev)
+		}
 		if r.role != RoleNone && v.Number == r.view.Number && !r.sealed && r.flush == nil {
 			r.seal()
 		}

@@ -526,7 +526,12 @@ func (s *sim) deliver() {
 	}
 }
 
+var debugReplica msg.NodeID
+
 func (s *sim) stepNode(env msg.Envelope) {
+	if debugReplica != 0 && env.To == debugReplica {
+		s.tracef("DEBUG in %s", env)
+	}
 	switch {
 	case env.To == msg.Coordinator:
 		s.coordinator(env)
@@ -599,6 +604,11 @@ func (s *sim) tickAll() {
 
 func (s *sim) processReplica(r *replicaSlot) {
 	rd := r.core.Ready()
+	if debugReplica != 0 && r.id == debugReplica {
+		for _, m := range rd.Messages {
+			s.tracef("DEBUG out %s", m)
+		}
+	}
 	for _, p := range rd.Persist {
 		if p.Kind == seq.PersistStartView {
 			r.lastStartedView = max(r.lastStartedView, p.View.Number)

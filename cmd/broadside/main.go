@@ -27,6 +27,6 @@ Start with 'broadside demo'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCmd())
+	root.AddCommand(newDemoCmd(), newLogdCmd(), newLogCmd())
 	return root
 }

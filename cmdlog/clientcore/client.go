@@ -28,6 +28,14 @@ type Config struct {
 	MaxBatch int
 }
 
+// maxBatchBytes caps the record bytes of one Append message, well inside the
+// codec's message size limit.
+const maxBatchBytes = 4 << 20
+
+// MaxRecordSize is the largest record a client appends (the codec's limit
+// on one record).
+const MaxRecordSize = 1 << 20
+
 // Completion reports the outcome of a request.
 type Completion struct {
 	Kind CompletionKind
@@ -123,6 +131,7 @@ func New(cfg Config) *Client {
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 512
 	}
+	cfg.MaxBatch = min(cfg.MaxBatch, 8192)
 	c := &Client{
 		cfg:      cfg,
 		byID:     make(map[uint64]*pendingAppend),
@@ -244,6 +253,7 @@ func (c *Client) flushAppends() {
 		return
 	}
 	var batch []msg.Record
+	bytes := 0
 	for _, p := range c.appends {
 		if !p.unsent {
 			continue
@@ -253,10 +263,15 @@ func (c *Client) flushAppends() {
 		p.acks = p.acks[:0]
 		p.sentAt = c.now
 		p.attempts++
+		if len(batch) > 0 && bytes+len(p.rec.Data) > maxBatchBytes {
+			c.sendBatch(batch, c.view.Members)
+			batch, bytes = nil, 0
+		}
 		batch = append(batch, p.rec)
+		bytes += len(p.rec.Data) + 32
 		if len(batch) == c.cfg.MaxBatch {
 			c.sendBatch(batch, c.view.Members)
-			batch = nil
+			batch, bytes = nil, 0
 		}
 	}
 	if len(batch) > 0 {
@@ -302,7 +317,11 @@ func (c *Client) Tick() {
 	for _, m := range order {
 		recs := per[m]
 		for len(recs) > 0 {
-			n := min(len(recs), c.cfg.MaxBatch)
+			n, bytes := 0, 0
+			for n < len(recs) && n < c.cfg.MaxBatch && (n == 0 || bytes+len(recs[n].Data) <= maxBatchBytes) {
+				bytes += len(recs[n].Data) + 32
+				n++
+			}
 			c.send(m, msg.Append{View: c.view.Number, Records: recs[:n]})
 			recs = recs[n:]
 		}

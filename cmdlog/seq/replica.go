@@ -71,6 +71,7 @@ func (c *Config) applyDefaults() {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 256
 	}
+	c.BatchSize = min(c.BatchSize, maxMessageEntries)
 	if c.MaxInflightBatches <= 0 {
 		c.MaxInflightBatches = 4
 	}
@@ -199,6 +200,10 @@ type Replica struct {
 
 	ready      Ready
 	violations []string
+
+	// Counters for metrics.
+	batchesOrdered, recordsOrdered uint64
+	viewChanges                    uint64
 }
 
 type coordPurpose uint8
@@ -228,6 +233,25 @@ type parkedTail struct {
 	tail  uint64
 }
 
+// flushChunk is one Store of a flush: a run of entries for one shard,
+// small enough for one message.
+type flushChunk struct {
+	shard   msg.NodeID
+	entries []msg.Entry
+	acked   bool
+}
+
+// flushBatchBase numbers flush chunks (batch ids of Store), apart from the
+// leader's ordering batches.
+const flushBatchBase = 1 << 62
+
+// Message size caps: every message stays well inside the codec's limits
+// (16 MiB, 65536 items) whatever the record sizes.
+const (
+	maxMessageBytes   = 4 << 20
+	maxMessageEntries = 8192
+)
+
 type flushState struct {
 	phase      coordPurpose // coordClaim, then flushing (0), then coordActivate
 	flushing   bool
@@ -236,7 +260,7 @@ type flushState struct {
 	newMembers []msg.NodeID
 	entries    []msg.Entry
 	tail       uint64
-	acked      map[msg.NodeID]bool
+	chunks     []flushChunk
 	lastSent   int64
 	target     msg.ViewRecord // record written at activation
 }
@@ -313,6 +337,21 @@ func (r *Replica) UnorderedLen() int { return len(r.log) }
 
 // Flushing reports whether the replica is running a view change.
 func (r *Replica) Flushing() bool { return r.flush != nil }
+
+// Counters reports how many batches and records this replica ordered as a
+// leader, and how many view changes it completed as a flusher.
+func (r *Replica) Counters() (batches, records, viewChanges uint64) {
+	return r.batchesOrdered, r.recordsOrdered, r.viewChanges
+}
+
+// DurableTail returns the leader's durable tail: positions up to it are
+// assigned or waiting in its unordered log (0 on followers).
+func (r *Replica) DurableTail() uint64 {
+	if r.role != RoleLeader {
+		return 0
+	}
+	return r.lastOrderedGP + uint64(len(r.log))
+}
 
 // LastStartedView returns the highest view the replica started.
 func (r *Replica) LastStartedView() uint64 { return r.lastStartedView }
@@ -515,7 +554,11 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 // order cuts new batches from the unassigned part of the log.
 func (r *Replica) order() {
 	for len(r.batches) < r.cfg.MaxInflightBatches && r.assigned < len(r.log) {
-		n := min(len(r.log)-r.assigned, r.cfg.BatchSize)
+		n, bytes := 0, 0
+		for r.assigned+n < len(r.log) && n < r.cfg.BatchSize && (n == 0 || bytes+len(r.log[r.assigned+n].Data) <= maxMessageBytes) {
+			bytes += len(r.log[r.assigned+n].Data) + 32
+			n++
+		}
 		r.batchCounter++
 		b := &batch{
 			id:       r.batchCounter,
@@ -527,6 +570,8 @@ func (r *Replica) order() {
 		}
 		r.assigned += n
 		r.nextGP = b.to
+		r.batchesOrdered++
+		r.recordsOrdered += uint64(n)
 		r.batches = append(r.batches, b)
 		r.sendStores(b, false)
 	}
@@ -569,8 +614,9 @@ func (r *Replica) sendGC(b *batch, retry bool) {
 
 func (r *Replica) onStoreAck(from msg.NodeID, m msg.StoreAck) {
 	if f := r.flush; f != nil {
-		if f.flushing && m.Epoch == f.epoch && m.Batch == 0 {
-			f.acked[from] = true
+		if i := m.Batch - flushBatchBase; f.flushing && m.Epoch == f.epoch && m.Batch >= flushBatchBase &&
+			i < uint64(len(f.chunks)) && f.chunks[i].shard == from {
+			f.chunks[i].acked = true
 			r.maybeActivate()
 		}
 		return
@@ -909,7 +955,6 @@ func (r *Replica) beginFlush(claimRev uint64) {
 	f.claimRev = claimRev
 	f.flushing = true
 	f.phase = 0
-	f.acked = make(map[msg.NodeID]bool)
 	// Rewrite every position above the stable-gp we know of: first the
 	// records the leader ordered (as it ordered them), then our unordered
 	// log in our arrival order. Positions up to the real stable-gp get the
@@ -929,29 +974,53 @@ func (r *Replica) beginFlush(claimRev uint64) {
 			break
 		}
 	}
+	r.cutFlushChunks()
 	r.sendFlush(false)
 }
 
-func (r *Replica) sendFlush(retry bool) {
+// cutFlushChunks splits the flush into per-shard Stores of bounded size.
+// Every shard gets at least one (possibly empty) chunk: each carries the
+// truncation, which must reach every shard.
+func (r *Replica) cutFlushChunks() {
 	f := r.flush
-	f.lastSent = r.now
 	per := make([][]msg.Entry, len(r.cfg.Layout.Shards))
 	for _, e := range f.entries {
 		si := r.cfg.Layout.ShardIndex(e.Pos)
 		per[si] = append(per[si], e)
 	}
+	f.chunks = f.chunks[:0]
 	for si, s := range r.cfg.Layout.Shards {
-		if retry && f.acked[s] {
+		entries := per[si]
+		for {
+			n, bytes := 0, 0
+			for n < len(entries) && n < maxMessageEntries && (n == 0 || bytes+len(entries[n].Record.Data) <= maxMessageBytes) {
+				bytes += len(entries[n].Record.Data) + 32
+				n++
+			}
+			f.chunks = append(f.chunks, flushChunk{shard: s, entries: entries[:n:n]})
+			entries = entries[n:]
+			if len(entries) == 0 {
+				break
+			}
+		}
+	}
+}
+
+func (r *Replica) sendFlush(retry bool) {
+	f := r.flush
+	f.lastSent = r.now
+	for i, c := range f.chunks {
+		if retry && c.acked {
 			continue
 		}
-		r.send(s, msg.Store{Epoch: f.epoch, Batch: 0, Entries: per[si], Truncate: true, TruncateAbove: f.tail})
+		r.send(c.shard, msg.Store{Epoch: f.epoch, Batch: flushBatchBase + uint64(i), Entries: c.entries, Truncate: true, TruncateAbove: f.tail})
 	}
 }
 
 func (r *Replica) maybeActivate() {
 	f := r.flush
-	for _, s := range r.cfg.Layout.Shards {
-		if !f.acked[s] {
+	for _, c := range f.chunks {
+		if !c.acked {
 			return
 		}
 	}
@@ -1018,6 +1087,7 @@ func (r *Replica) onCoordResp(m msg.CoordResp) {
 	case purpose == coordActivate && f != nil && f.phase == coordActivate:
 		if m.View.Active() && m.View.Number == f.epoch && m.View.Leader == r.cfg.ID {
 			r.flush = nil
+			r.viewChanges++
 			r.noteSeen(m.View, m.Rev)
 			r.startView(m.View, m.Rev)
 			return

@@ -24,6 +24,10 @@ type Config struct {
 	MaxParkedReads int
 }
 
+// maxReadBytes caps the record bytes of one read response, well inside the
+// codec's message size limit.
+const maxReadBytes = 4 << 20
+
 // Ready is the work a Shard asks of its driver: apply Writes (in order,
 // durably), then send Messages.
 type Ready struct {
@@ -53,6 +57,7 @@ func New(cfg Config, store Storage) (*Shard, error) {
 	if cfg.MaxReadEntries <= 0 {
 		cfg.MaxReadEntries = 1024
 	}
+	cfg.MaxReadEntries = min(cfg.MaxReadEntries, 8192)
 	if cfg.MaxParkedReads <= 0 {
 		cfg.MaxParkedReads = 4096
 	}
@@ -226,14 +231,23 @@ func (s *Shard) answerRead(from msg.NodeID, m msg.Read) {
 	to := min(s.cfg.Layout.StripeEnd(m.From), s.meta.StableGP, m.From+limit-1)
 	resp := msg.ReadResp{ReqID: m.ReqID, StableGP: s.meta.StableGP, Trimmed: s.meta.Trimmed}
 	next := m.From
+	bytes, capped := 0, false
 	err := s.store.Scan(m.From, to, func(e msg.Entry) bool {
 		if e.Pos != next {
 			return false
 		}
+		if len(resp.Entries) > 0 && bytes+len(e.Record.Data) > maxReadBytes {
+			capped = true
+			return false
+		}
+		bytes += len(e.Record.Data) + 32
 		resp.Entries = append(resp.Entries, e)
 		next++
 		return true
 	})
+	if capped {
+		to = next - 1
+	}
 	if err != nil {
 		s.fail(err)
 		return

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog"
+	"github.com/spf13/cobra"
+)
+
+func newLogCmd() *cobra.Command {
+	var cf clusterFlags
+	cmd := &cobra.Command{
+		Use:   "log",
+		Short: "Talk to a command log cluster: append, read, tail, trim",
+		Long: `Talk to a command log cluster started with 'broadside logd'.
+
+Every subcommand needs the cluster's --peers, --coord and TLS flags (the same
+values the nodes got).`,
+	}
+	cf.register(cmd.PersistentFlags())
+	timeout := cmd.PersistentFlags().Duration("timeout", 30*time.Second, "give up after this long")
+
+	var count, concurrency, size int
+	appendCmd := &cobra.Command{
+		Use:   "append [DATA...]",
+		Short: "Append records; each argument is one record, or --count generated ones",
+		Example: `  broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls hello world
+  broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --count 100000 --concurrency 64`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
+			defer cancel()
+			c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			if len(args) > 0 {
+				for _, a := range args {
+					if err := c.Append(ctx, []byte(a)); err != nil {
+						return fmt.Errorf("append %q: %w", a, err)
+					}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "appended %d records (durable on every sequencing replica)\n", len(args))
+				return nil
+			}
+			if count <= 0 {
+				return fmt.Errorf("give records as arguments or --count N")
+			}
+			payload := make([]byte, size)
+			var next, done atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, concurrency)
+			start := time.Now()
+			for range concurrency {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(count) {
+						if err := c.Append(ctx, payload); err != nil {
+							errs <- err
+							return
+						}
+						done.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			el := time.Since(start)
+			close(errs)
+			if err := <-errs; err != nil {
+				return fmt.Errorf("after %d appends: %w", done.Load(), err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "appended %d records of %d bytes in %v (%.0f appends/s, %d concurrent)\n",
+				done.Load(), size, el.Round(time.Millisecond), float64(done.Load())/el.Seconds(), concurrency)
+			return nil
+		},
+	}
+	appendCmd.Flags().IntVar(&count, "count", 0, "append this many generated records")
+	appendCmd.Flags().IntVar(&concurrency, "concurrency", 16, "concurrent appends (with --count)")
+	appendCmd.Flags().IntVar(&size, "size", 100, "record size in bytes (with --count)")
+
+	var from uint64
+	var n int
+	readCmd := &cobra.Command{
+		Use:   "read",
+		Short: "Read stable records from a position",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
+			defer cancel()
+			c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			sub := c.Subscribe(from)
+			for i := 0; i < n; i++ {
+				e, err := sub.Next(ctx)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%d\t%s\t%q\n", e.Pos, e.Record.ID, e.Record.Data)
+			}
+			return nil
+		},
+	}
+	readCmd.Flags().Uint64Var(&from, "from", 1, "first position")
+	readCmd.Flags().IntVar(&n, "n", 10, "number of records (waits for records not yet stable)")
+
+	tailCmd := &cobra.Command{
+		Use:   "tail",
+		Short: "Print the log's tail (every completed append is at or below it)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
+			defer cancel()
+			c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			t, err := c.CheckTail(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t)
+			return nil
+		},
+	}
+	var upTo uint64
+	trimCmd := &cobra.Command{
+		Use:   "trim",
+		Short: "Discard every position up to and including --to (at most up to stable-gp)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
+			defer cancel()
+			c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			t, err := c.Trim(ctx, upTo)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "trimmed up to %d\n", t)
+			return nil
+		},
+	}
+	trimCmd.Flags().Uint64Var(&upTo, "to", 0, "last position to discard")
+	trimCmd.MarkFlagRequired("to")
+	cmd.AddCommand(appendCmd, readCmd, tailCmd, trimCmd)
+	return cmd
+}

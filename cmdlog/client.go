@@ -1,0 +1,341 @@
+// Package cmdlog is Broadside's shared command log: a lazily ordered,
+// replicated log (LazyLog, Erwin black-box design). Appends are durable in
+// one round trip to every sequencing replica; positions are bound later by
+// the view's leader. The protocol roles live in seq, shard and clientcore as
+// pure state machines; node runs them live; Client is the API producers and
+// consumers use.
+package cmdlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog/clientcore"
+	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/node"
+)
+
+// ErrTrimmed is returned when reading a position that was trimmed away.
+var ErrTrimmed = errors.New("cmdlog: position trimmed")
+
+// ErrClosed is returned by calls on a closed client.
+var ErrClosed = errors.New("cmdlog: client closed")
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// ID is the client's network address in the cluster (distinct from
+	// every other node's). Zero picks a random one.
+	ID msg.NodeID
+	// ClientID is the deduplication identity of this client's records.
+	// Zero picks a random one. A producer that re-appends after a crash
+	// with deterministic ids reuses its ClientID.
+	ClientID uint64
+	Layout   msg.Layout
+	// Coordinator tells the client the current view.
+	Coordinator coord.Coordinator
+	Transport   node.Transport
+	// Inbox receives the client's messages; the transport delivers to it.
+	Inbox  node.Inbox
+	Timing node.Timing
+	// RetryTicks: requests unanswered this long are resent (default 8).
+	RetryTicks int
+	// OnAppendLatency, if set, is called with each append's latency.
+	OnAppendLatency func(time.Duration)
+}
+
+// Client appends to and reads from the log. It is safe for concurrent use;
+// concurrent appends are batched into shared messages.
+type Client struct {
+	cfg    ClientConfig
+	reqs   chan request
+	done   chan struct{}
+	closed sync.Once
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type request struct {
+	kind   clientcore.CompletionKind
+	data   []byte
+	id     msg.RecordID
+	withID bool
+	from   uint64
+	max    uint32
+	upTo   uint64
+	start  time.Time
+	reply  chan result
+}
+
+type result struct {
+	entries []msg.Entry
+	tail    uint64
+	err     error
+}
+
+// NewClient starts a client. Close stops it.
+func NewClient(cfg ClientConfig) *Client {
+	if cfg.ID == 0 {
+		cfg.ID = randomClientID()
+	}
+	if cfg.ClientID == 0 {
+		cfg.ClientID = rand.Uint64() | 1<<62
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{cfg: cfg, reqs: make(chan request, 4096), done: make(chan struct{}), cancel: cancel}
+	c.wg.Add(1)
+	go c.loop(ctx)
+	return c
+}
+
+// randomClientID picks a network id in the clients' range.
+func randomClientID() msg.NodeID { return msg.NodeID(1<<24 + rand.Uint32N(1<<30)) }
+
+// ID returns the client's network id.
+func (c *Client) ID() msg.NodeID { return c.cfg.ID }
+
+// ClientID returns the client's deduplication identity.
+func (c *Client) ClientID() uint64 { return c.cfg.ClientID }
+
+// Close stops the client. Appends still in flight may or may not complete.
+func (c *Client) Close() {
+	c.closed.Do(func() {
+		c.cancel()
+		close(c.done)
+		c.wg.Wait()
+	})
+}
+
+// ErrTooLarge is returned when appending a record above MaxRecordSize.
+var ErrTooLarge = fmt.Errorf("cmdlog: record larger than %d bytes", clientcore.MaxRecordSize)
+
+func (c *Client) call(ctx context.Context, r request) (result, error) {
+	if r.kind == clientcore.CompleteAppend && len(r.data) > clientcore.MaxRecordSize {
+		return result{}, ErrTooLarge
+	}
+	r.reply = make(chan result, 1)
+	r.start = time.Now()
+	select {
+	case c.reqs <- r:
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	case <-c.done:
+		return result{}, ErrClosed
+	}
+	select {
+	case res := <-r.reply:
+		return res, res.err
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	case <-c.done:
+		return result{}, ErrClosed
+	}
+}
+
+// Append appends data and returns when it is durable (acknowledged by every
+// sequencing replica of the view). If ctx ends first, the append may still
+// complete later: the client keeps retrying it with the same id, and the
+// log stores it at most once.
+func (c *Client) Append(ctx context.Context, data []byte) error {
+	_, err := c.call(ctx, request{kind: clientcore.CompleteAppend, data: data})
+	return err
+}
+
+// AppendWithID appends a record with a caller-chosen id. Appending the same
+// id again (after a crash, or from a second producer) stores it once.
+func (c *Client) AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error {
+	_, err := c.call(ctx, request{kind: clientcore.CompleteAppend, data: data, id: id, withID: true})
+	return err
+}
+
+// Read returns up to max stable entries starting at from (fewer at a stripe
+// boundary). It waits while from is above stable-gp.
+func (c *Client) Read(ctx context.Context, from uint64, max int) ([]msg.Entry, error) {
+	if from == 0 {
+		return nil, fmt.Errorf("cmdlog: read: positions start at 1")
+	}
+	res, err := c.call(ctx, request{kind: clientcore.CompleteRead, from: from, max: uint32(max)})
+	return res.entries, err
+}
+
+// CheckTail returns the log's tail: every append that completed before the
+// call is at a position <= the tail, and every position <= it is stable.
+func (c *Client) CheckTail(ctx context.Context) (uint64, error) {
+	res, err := c.call(ctx, request{kind: clientcore.CompleteTail})
+	return res.tail, err
+}
+
+// Trim discards positions up to and including upTo (at most up to
+// stable-gp) on every shard, and returns the trimmed prefix.
+func (c *Client) Trim(ctx context.Context, upTo uint64) (uint64, error) {
+	res, err := c.call(ctx, request{kind: clientcore.CompleteTrim, upTo: upTo})
+	return res.tail, err
+}
+
+func (c *Client) loop(ctx context.Context) {
+	defer c.wg.Done()
+	core := clientcore.New(clientcore.Config{ID: c.cfg.ID, ClientID: c.cfg.ClientID, Layout: c.cfg.Layout, RetryTicks: c.cfg.RetryTicks})
+	proxy := coordProxy{c: c.cfg.Coordinator}
+	appends := make(map[msg.RecordID][]request)
+	reads := make(map[uint64]request)
+	tick := c.cfg.Timing.Tick
+	if tick <= 0 {
+		tick = 5 * time.Millisecond
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	submit := func(r request) {
+		switch r.kind {
+		case clientcore.CompleteAppend:
+			var id msg.RecordID
+			if r.withID {
+				id = core.AppendWithID(r.id, r.data)
+			} else {
+				id = core.Append(r.data)
+			}
+			appends[id] = append(appends[id], r)
+		case clientcore.CompleteRead:
+			reads[core.Read(r.from, r.max)] = r
+		case clientcore.CompleteTail:
+			reads[core.CheckTail()] = r
+		case clientcore.CompleteTrim:
+			reads[core.Trim(r.upTo)] = r
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			for _, rs := range appends {
+				for _, r := range rs {
+					r.reply <- result{err: ErrClosed}
+				}
+			}
+			for _, r := range reads {
+				r.reply <- result{err: ErrClosed}
+			}
+			return
+		case r := <-c.reqs:
+			submit(r)
+			// Batch every request already queued into this round.
+			for i := 0; i < 4096; i++ {
+				select {
+				case r = <-c.reqs:
+					submit(r)
+					continue
+				default:
+				}
+				break
+			}
+		case env := <-c.cfg.Inbox:
+			core.Step(env)
+			for i := 0; i < 4096; i++ {
+				select {
+				case env = <-c.cfg.Inbox:
+					core.Step(env)
+					continue
+				default:
+				}
+				break
+			}
+		case <-ticker.C:
+			core.Tick()
+		}
+		rd := core.Ready()
+		for _, m := range rd.Messages {
+			if m.To == msg.Coordinator {
+				proxy.handle(ctx, m, c.cfg.Inbox)
+				continue
+			}
+			c.cfg.Transport.Send(m)
+		}
+		now := time.Now()
+		for _, cp := range rd.Completions {
+			switch cp.Kind {
+			case clientcore.CompleteAppend:
+				for _, r := range appends[cp.ID] {
+					if c.cfg.OnAppendLatency != nil {
+						c.cfg.OnAppendLatency(now.Sub(r.start))
+					}
+					r.reply <- result{}
+				}
+				delete(appends, cp.ID)
+			case clientcore.CompleteRead:
+				r, ok := reads[cp.ReqID]
+				if !ok {
+					continue
+				}
+				delete(reads, cp.ReqID)
+				switch cp.Err {
+				case msg.ReadOK:
+					r.reply <- result{entries: cp.Entries}
+				case msg.ReadTrimmed:
+					r.reply <- result{err: fmt.Errorf("read %d: %w", r.from, ErrTrimmed)}
+				default:
+					r.reply <- result{err: fmt.Errorf("cmdlog: read %d: shard error %d", r.from, cp.Err)}
+				}
+			case clientcore.CompleteTail, clientcore.CompleteTrim:
+				if r, ok := reads[cp.ReqID]; ok {
+					delete(reads, cp.ReqID)
+					r.reply <- result{tail: cp.Tail}
+				}
+			}
+		}
+	}
+}
+
+// coordProxy answers the client core's view requests from the coordinator.
+type coordProxy struct{ c coord.Coordinator }
+
+func (p coordProxy) handle(ctx context.Context, env msg.Envelope, inbox node.Inbox) {
+	m, ok := env.Msg.(msg.CoordGet)
+	if !ok {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		v, rev, err := p.c.Get(ctx)
+		if err != nil {
+			return // the core asks again
+		}
+		inbox.Deliver(msg.Envelope{From: msg.Coordinator, To: env.To, Msg: msg.CoordResp{ReqID: m.ReqID, OK: true, Rev: rev, View: v}})
+	}()
+}
+
+// Subscription delivers the log's entries in position order, from a
+// starting position on, as they become stable.
+type Subscription struct {
+	c    *Client
+	next uint64
+	buf  []msg.Entry
+}
+
+// Subscribe returns a subscription starting at position from (>= 1).
+func (c *Client) Subscribe(from uint64) *Subscription {
+	return &Subscription{c: c, next: max(from, 1)}
+}
+
+// Position returns the position the next entry will have.
+func (s *Subscription) Position() uint64 { return s.next }
+
+// Next returns the next entry, waiting until it is stable.
+func (s *Subscription) Next(ctx context.Context) (msg.Entry, error) {
+	for len(s.buf) == 0 {
+		entries, err := s.c.Read(ctx, s.next, 1024)
+		if err != nil {
+			return msg.Entry{}, err
+		}
+		if len(entries) == 0 || entries[0].Pos != s.next {
+			continue
+		}
+		s.buf = entries
+	}
+	e := s.buf[0]
+	s.buf = s.buf[1:]
+	s.next = e.Pos + 1
+	return e, nil
+}

@@ -1,0 +1,305 @@
+package coord
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// SyncPolicy says when an embedded JetStream server fsyncs its file store.
+type SyncPolicy uint8
+
+const (
+	// SyncAlways (the default) fsyncs after every write
+	// (server.Options.SyncAlways, "sync: always" in a config file): an
+	// acknowledged write survives a crash of the node, machine or power.
+	// In a cluster, replicated streams keep the same guarantee through
+	// their Raft log, which is synced. The coordinator needs this: a view
+	// written with compare-and-set must not roll back.
+	SyncAlways SyncPolicy = iota
+	// SyncPeriodic is nats-server's default: writes reach the OS at once but
+	// are fsynced only every SyncInterval (2 minutes). A process crash loses
+	// nothing, a machine crash or power loss may lose the last interval.
+	// Benchmarks use it to compare with JetStream as usually deployed.
+	SyncPeriodic
+)
+
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncAlways:
+		return "always"
+	case SyncPeriodic:
+		return "periodic"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", uint8(p))
+}
+
+// EmbeddedOptions configures an in-process nats-server with JetStream.
+type EmbeddedOptions struct {
+	// StoreDir is the JetStream storage directory (required).
+	StoreDir string
+	// Host is the listen address; default 127.0.0.1.
+	Host string
+	// Port is the client port; 0 picks a free one.
+	Port int
+	// ServerName names the server; empty lets nats-server choose.
+	ServerName string
+	// Sync is the fsync policy; default SyncAlways.
+	Sync SyncPolicy
+	// Logger receives the server's log (debug and trace off); nil keeps it
+	// silent.
+	Logger *slog.Logger
+	// ReadyTimeout bounds the wait for the server to accept connections;
+	// default 10 s.
+	ReadyTimeout time.Duration
+}
+
+// EmbeddedNATS is a nats-server with JetStream running in this process.
+type EmbeddedNATS struct {
+	srv *server.Server
+}
+
+// StartEmbeddedNATS starts a single server and waits until it accepts
+// connections.
+func StartEmbeddedNATS(opts EmbeddedOptions) (*EmbeddedNATS, error) {
+	sopts, err := serverOptions(opts)
+	if err != nil {
+		return nil, fmt.Errorf("coord: start nats-server: %w", err)
+	}
+	if opts.Port == 0 {
+		sopts.Port = server.RANDOM_PORT
+	}
+	return startServer(sopts, opts)
+}
+
+func serverOptions(opts EmbeddedOptions) (*server.Options, error) {
+	if opts.StoreDir == "" {
+		return nil, errors.New("no store directory")
+	}
+	if opts.Sync != SyncAlways && opts.Sync != SyncPeriodic {
+		return nil, fmt.Errorf("unknown sync policy %v", opts.Sync)
+	}
+	host := opts.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return &server.Options{
+		ServerName: opts.ServerName,
+		Host:       host,
+		Port:       opts.Port,
+		JetStream:  true,
+		StoreDir:   opts.StoreDir,
+		SyncAlways: opts.Sync == SyncAlways,
+		NoSigs:     true,
+	}, nil
+}
+
+func startServer(sopts *server.Options, opts EmbeddedOptions) (*EmbeddedNATS, error) {
+	srv, err := server.NewServer(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("coord: start nats-server: %w", err)
+	}
+	if opts.Logger != nil {
+		srv.SetLogger(natsLogger{opts.Logger.With("component", "nats-server", "server", sopts.ServerName)}, false, false)
+	}
+	go srv.Start()
+	timeout := opts.ReadyTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	if !srv.ReadyForConnections(timeout) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("coord: start nats-server %q: not ready after %v", sopts.ServerName, timeout)
+	}
+	return &EmbeddedNATS{srv: srv}, nil
+}
+
+// ClientURL returns the URL clients connect to.
+func (e *EmbeddedNATS) ClientURL() string { return e.srv.ClientURL() }
+
+// Server returns the underlying server (for tests and diagnostics).
+func (e *EmbeddedNATS) Server() *server.Server { return e.srv }
+
+// Connect opens a client connection to the server.
+func (e *EmbeddedNATS) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(e.ClientURL(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("coord: connect to %s: %w", e.ClientURL(), err)
+	}
+	return nc, nil
+}
+
+// Shutdown stops the server and waits until it has stopped.
+func (e *EmbeddedNATS) Shutdown() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
+
+// ClusterOptions configures StartCluster.
+type ClusterOptions struct {
+	// Name is the cluster name; default "broadside".
+	Name string
+	// Sync is every node's fsync policy; default SyncAlways.
+	Sync SyncPolicy
+	// Logger receives the servers' logs; nil keeps them silent.
+	Logger *slog.Logger
+	// ReadyTimeout bounds the wait for the cluster to elect a JetStream
+	// meta leader; default 30 s.
+	ReadyTimeout time.Duration
+}
+
+// NATSCluster is a JetStream cluster of embedded servers on loopback.
+type NATSCluster struct {
+	Nodes []*EmbeddedNATS
+}
+
+// StartCluster starts n servers on 127.0.0.1 with JetStream, each in its own
+// subdirectory of dir and routed to all others, and waits until the cluster
+// has a JetStream meta leader and every node follows it (so streams and KV
+// buckets can be created at once).
+func StartCluster(n int, dir string, opts ClusterOptions) (*NATSCluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("coord: start cluster: %d nodes", n)
+	}
+	name := opts.Name
+	if name == "" {
+		name = "broadside"
+	}
+	timeout := opts.ReadyTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	// Fixed ports (not random ones) because every node must know its
+	// peers' route addresses before it starts.
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, fmt.Errorf("coord: start cluster: %w", err)
+	}
+	clientPorts, routePorts := ports[:n], ports[n:]
+	c := &NATSCluster{}
+	for i := range n {
+		nodeName := "n" + strconv.Itoa(i+1)
+		sopts, err := serverOptions(EmbeddedOptions{
+			StoreDir:   filepath.Join(dir, nodeName),
+			Port:       clientPorts[i],
+			ServerName: nodeName,
+			Sync:       opts.Sync,
+		})
+		if err != nil {
+			c.Shutdown()
+			return nil, fmt.Errorf("coord: start cluster: %w", err)
+		}
+		sopts.Cluster = server.ClusterOpts{Name: name, Host: sopts.Host, Port: routePorts[i]}
+		for j, p := range routePorts {
+			if j != i {
+				sopts.Routes = append(sopts.Routes, &url.URL{Scheme: "nats-route", Host: net.JoinHostPort(sopts.Host, strconv.Itoa(p))})
+			}
+		}
+		node, err := startServer(sopts, EmbeddedOptions{Logger: opts.Logger, ReadyTimeout: timeout})
+		if err != nil {
+			c.Shutdown()
+			return nil, fmt.Errorf("coord: start cluster: %w", err)
+		}
+		c.Nodes = append(c.Nodes, node)
+	}
+	if err := c.waitForMetaLeader(timeout); err != nil {
+		c.Shutdown()
+		return nil, fmt.Errorf("coord: start cluster: %w", err)
+	}
+	return c, nil
+}
+
+// waitForMetaLeader waits until exactly one node leads the JetStream meta
+// group and every node is current with it.
+func (c *NATSCluster) waitForMetaLeader(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		leaders, current := 0, 0
+		for _, node := range c.Nodes {
+			if node.srv.JetStreamIsLeader() {
+				leaders++
+			}
+			if node.srv.JetStreamIsCurrent() {
+				current++
+			}
+		}
+		if leaders == 1 && current == len(c.Nodes) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no JetStream meta leader after %v (%d leaders, %d of %d nodes current)",
+				timeout, leaders, current, len(c.Nodes))
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// URL returns the client URLs of all nodes, comma-separated, as
+// nats.Connect accepts them.
+func (c *NATSCluster) URL() string {
+	var s string
+	for i, node := range c.Nodes {
+		if i > 0 {
+			s += ","
+		}
+		s += node.ClientURL()
+	}
+	return s
+}
+
+// Connect opens a client connection to the cluster.
+func (c *NATSCluster) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(c.URL(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("coord: connect to %s: %w", c.URL(), err)
+	}
+	return nc, nil
+}
+
+// Shutdown stops every node and waits until they have stopped.
+func (c *NATSCluster) Shutdown() {
+	for _, node := range c.Nodes {
+		node.srv.Shutdown()
+	}
+	for _, node := range c.Nodes {
+		node.srv.WaitForShutdown()
+	}
+}
+
+// freePorts returns n distinct TCP ports free on 127.0.0.1 at the time of
+// the call.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		defer l.Close() // hold all until done so they are distinct
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// natsLogger adapts slog to server.Logger. Fatalf is logged as an error
+// and does not exit: an embedded server that fails to start is reported by
+// StartEmbeddedNATS instead.
+type natsLogger struct{ l *slog.Logger }
+
+func (n natsLogger) Noticef(format string, v ...any) { n.l.Info(fmt.Sprintf(format, v...)) }
+func (n natsLogger) Warnf(format string, v ...any)   { n.l.Warn(fmt.Sprintf(format, v...)) }
+func (n natsLogger) Fatalf(format string, v ...any) {
+	n.l.Error(fmt.Sprintf(format, v...), "fatal", true)
+}
+func (n natsLogger) Errorf(format string, v ...any) { n.l.Error(fmt.Sprintf(format, v...)) }
+func (n natsLogger) Debugf(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }
+func (n natsLogger) Tracef(format string, v ...any) { n.l.Debug(fmt.Sprintf(format, v...)) }

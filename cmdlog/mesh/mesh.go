@@ -1,0 +1,345 @@
+// Package mesh carries cmdlog protocol messages between nodes over QUIC.
+// Each node owns one Endpoint (one UDP socket, serving and dialing). A link
+// to a peer is one long-lived bidirectional stream: the dialer's first
+// frame names its node id, every later frame is one message encoded with
+// cmdlog/codec. Messages to a peer are queued and written by the link's own
+// goroutine, which coalesces everything queued into one flush. Links are
+// dialed on demand (peers with known addresses) or learned from incoming
+// connections (clients, which have no fixed address).
+//
+// Delivery is best effort, like the network it models: when a peer is down
+// or its queue is full, messages are dropped and the protocol retries.
+package mesh
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog/codec"
+	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/node"
+	"github.com/anoptic/broadside/netcode/transport"
+)
+
+// ALPN is the application protocol of cmdlog links.
+const ALPN = "broadside-log/1"
+
+// CodeBadMessage closes a link whose peer sent an undecodable message.
+const CodeBadMessage = transport.CodeFirstProtocolSpecific + 1
+
+// maxQueued bounds messages queued for one peer.
+const maxQueued = 1 << 16
+
+// Config configures a Mesh.
+type Config struct {
+	// Self is the local node's id.
+	Self msg.NodeID
+	// ListenAddr is the UDP address to bind ("127.0.0.1:0" for an
+	// ephemeral port). Clients bind too: replies come back over the
+	// connections they dial.
+	ListenAddr string
+	// Peers maps node ids to addresses for dialing. Ids not listed are
+	// reachable only after they connect to us.
+	Peers map[msg.NodeID]string
+	// ServerTLS and ClientTLS secure the links (see transport.DevCA).
+	ServerTLS, ClientTLS *tls.Config
+	// Inbox receives the messages addressed to Self.
+	Inbox  node.Inbox
+	Logger *slog.Logger
+}
+
+// Mesh is one node's set of links.
+type Mesh struct {
+	cfg    Config
+	ep     *transport.Endpoint
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	peers   map[msg.NodeID]string
+	links   map[msg.NodeID]*link
+	dialing map[msg.NodeID]time.Time
+
+	dropped uint64
+}
+
+type link struct {
+	peer   msg.NodeID
+	st     *transport.Stream
+	mu     sync.Mutex
+	queue  []msg.Message
+	wake   chan struct{}
+	closed chan struct{}
+	once   sync.Once
+}
+
+// New opens the node's endpoint and starts accepting links.
+func New(cfg Config) (*Mesh, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = "127.0.0.1:0"
+	}
+	ep, err := transport.NewEndpoint(transport.Config{
+		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS,
+		ALPN: []string{ALPN}, MaxFrameSize: codec.MaxMessageSize, IdleTimeout: 30 * time.Second,
+		KeepAlivePeriod: 5 * time.Second, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mesh %d: %w", cfg.Self, err)
+	}
+	if cfg.ServerTLS != nil {
+		if err := ep.Listen(); err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("mesh %d: listen: %w", cfg.Self, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Mesh{cfg: cfg, ep: ep, log: cfg.Logger, ctx: ctx, cancel: cancel,
+		peers: make(map[msg.NodeID]string), links: make(map[msg.NodeID]*link), dialing: make(map[msg.NodeID]time.Time)}
+	for id, a := range cfg.Peers {
+		m.peers[id] = a
+	}
+	if cfg.ServerTLS != nil {
+		m.wg.Add(1)
+		go m.acceptLoop()
+	}
+	return m, nil
+}
+
+// Addr returns the local UDP address.
+func (m *Mesh) Addr() string { return m.ep.Addr().String() }
+
+// SetPeer adds or changes a peer's address.
+func (m *Mesh) SetPeer(id msg.NodeID, addr string) {
+	m.mu.Lock()
+	m.peers[id] = addr
+	m.mu.Unlock()
+}
+
+// Dropped returns the number of messages dropped so far.
+func (m *Mesh) Dropped() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dropped
+}
+
+// Close closes every link and the endpoint, and waits for the goroutines.
+func (m *Mesh) Close() error {
+	m.cancel()
+	err := m.ep.Close()
+	m.mu.Lock()
+	for _, l := range m.links {
+		l.close()
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+	return err
+}
+
+// Send queues env.Msg for env.To. It never blocks on the network.
+func (m *Mesh) Send(env msg.Envelope) {
+	if env.To == m.cfg.Self {
+		m.cfg.Inbox.Deliver(env)
+		return
+	}
+	m.mu.Lock()
+	l := m.links[env.To]
+	if l == nil {
+		m.dropped++
+		m.dialLocked(env.To)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	if !l.enqueue(env.Msg) {
+		m.mu.Lock()
+		m.dropped++
+		m.mu.Unlock()
+	}
+}
+
+func (l *link) enqueue(mm msg.Message) bool {
+	l.mu.Lock()
+	if len(l.queue) >= maxQueued {
+		l.mu.Unlock()
+		return false
+	}
+	l.queue = append(l.queue, mm)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		close(l.closed)
+		l.st.Close()
+	})
+}
+
+// dialLocked starts a dial to id unless one is in progress or recent.
+func (m *Mesh) dialLocked(id msg.NodeID) {
+	addr, ok := m.peers[id]
+	if !ok || m.ctx.Err() != nil {
+		return
+	}
+	if t, busy := m.dialing[id]; busy && time.Since(t) < 200*time.Millisecond {
+		return
+	}
+	m.dialing[id] = time.Now()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
+		defer cancel()
+		conn, err := m.ep.Dial(ctx, addr)
+		if err != nil {
+			m.log.Debug("mesh dial failed", "self", m.cfg.Self, "peer", id, "addr", addr, "err", err)
+			return
+		}
+		st, err := conn.OpenStream(ctx)
+		if err != nil {
+			conn.CloseWithCode(transport.CodeInternalError, "open stream")
+			return
+		}
+		var hello [4]byte
+		binary.BigEndian.PutUint32(hello[:], uint32(m.cfg.Self))
+		if err := st.WriteFrame(hello[:]); err != nil {
+			conn.CloseWithCode(transport.CodeInternalError, "hello")
+			return
+		}
+		m.addLink(id, st)
+	}()
+}
+
+func (m *Mesh) acceptLoop() {
+	defer m.wg.Done()
+	for {
+		conn, err := m.ep.Accept(m.ctx)
+		if err != nil {
+			return
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+			st, err := conn.AcceptStream(ctx)
+			cancel()
+			if err != nil {
+				conn.CloseWithCode(transport.CodeProtocolError, "no stream")
+				return
+			}
+			st.SetReadDeadline(time.Now().Add(5 * time.Second))
+			hello, err := st.ReadFrame(nil)
+			st.SetReadDeadline(time.Time{})
+			if err != nil || len(hello) != 4 {
+				conn.CloseWithCode(transport.CodeProtocolError, "bad hello")
+				return
+			}
+			peer := msg.NodeID(binary.BigEndian.Uint32(hello))
+			if peer == msg.Coordinator || peer == m.cfg.Self {
+				conn.CloseWithCode(transport.CodeProtocolError, "bad node id")
+				return
+			}
+			m.addLink(peer, st)
+		}()
+	}
+}
+
+// addLink installs a link (replacing an older one to the same peer) and
+// starts its reader and writer.
+func (m *Mesh) addLink(peer msg.NodeID, st *transport.Stream) {
+	l := &link{peer: peer, st: st, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	m.mu.Lock()
+	if m.ctx.Err() != nil {
+		m.mu.Unlock()
+		st.Close()
+		return
+	}
+	old := m.links[peer]
+	m.links[peer] = l
+	delete(m.dialing, peer)
+	m.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	m.wg.Add(2)
+	go m.readLoop(l)
+	go m.writeLoop(l)
+}
+
+func (m *Mesh) removeLink(l *link) {
+	l.close()
+	m.mu.Lock()
+	if m.links[l.peer] == l {
+		delete(m.links, l.peer)
+	}
+	m.mu.Unlock()
+}
+
+func (m *Mesh) readLoop(l *link) {
+	defer m.wg.Done()
+	defer m.removeLink(l)
+	buf := make([]byte, 0, 64<<10)
+	for {
+		frame, err := l.st.ReadFrame(buf[:0])
+		if err != nil {
+			if errors.Is(err, transport.ErrFrameTooLarge) {
+				l.st.Conn().CloseWithCode(transport.CodeFrameTooLarge, "frame too large")
+			}
+			return
+		}
+		mm, err := codec.Decode(frame)
+		if err != nil {
+			m.log.Warn("mesh: closing link after malformed message", "self", m.cfg.Self, "peer", l.peer, "err", err)
+			l.st.Conn().CloseWithCode(CodeBadMessage, "malformed message")
+			return
+		}
+		if cap(frame) > cap(buf) && cap(frame) <= 1<<20 {
+			buf = frame
+		}
+		m.cfg.Inbox.Deliver(msg.Envelope{From: l.peer, To: m.cfg.Self, Msg: mm})
+	}
+}
+
+func (m *Mesh) writeLoop(l *link) {
+	defer m.wg.Done()
+	defer m.removeLink(l)
+	var batch []msg.Message
+	var enc []byte
+	for {
+		select {
+		case <-l.closed:
+			return
+		case <-m.ctx.Done():
+			return
+		case <-l.wake:
+		}
+		l.mu.Lock()
+		batch, l.queue = l.queue, batch[:0]
+		l.mu.Unlock()
+		for i, mm := range batch {
+			enc = codec.Encode(enc[:0], mm)
+			if err := l.st.BufferFrame(enc); err != nil {
+				return
+			}
+			batch[i] = nil
+		}
+		if err := l.st.Flush(); err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/seq"
+)
+
+// WAL is a sequencing replica's write-ahead log. Append makes ops durable
+// (synced) before it returns; Load returns every op appended so far, in
+// order. In memory durability only PersistStartView ops are written.
+type WAL interface {
+	Append(ops []seq.PersistOp) error
+	Load() ([]seq.PersistOp, error)
+}
+
+// SeqConfig configures a sequencing replica node.
+type SeqConfig struct {
+	Core   seq.Config
+	Timing Timing
+	// Coordinator stores the view record.
+	Coordinator coord.Coordinator
+	// WAL persists what the replica must not forget. Required.
+	WAL       WAL
+	Transport Transport
+	Inbox     Inbox
+	Logger    *slog.Logger
+	// Observe, if set, is called after every Ready with the core (for
+	// metrics and tests). It runs on the node goroutine: keep it short.
+	Observe func(*seq.Replica)
+}
+
+// RunSeq runs a sequencing replica until ctx ends. The replica resumes from
+// its WAL: in fsync durability with its records; in memory durability
+// with only the knowledge of which views it served (so it never serves one
+// of them again with an empty memory).
+func RunSeq(ctx context.Context, cfg SeqConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ops, err := cfg.WAL.Load()
+	if err != nil {
+		return fmt.Errorf("seq %d: load wal: %w", cfg.Core.ID, err)
+	}
+	var r *seq.Replica
+	if cfg.Core.Durability == seq.Fsync {
+		r = seq.Recover(cfg.Core, ops)
+	} else {
+		var last uint64
+		for _, op := range ops {
+			if op.Kind == seq.PersistStartView {
+				last = max(last, op.View.Number)
+			}
+		}
+		r = seq.New(cfg.Core, last)
+	}
+	log.Info("sequencing replica starting", "id", cfg.Core.ID, "durability", durabilityName(cfg.Core.Durability),
+		"last_started_view", r.LastStartedView(), "wal_ops", len(ops))
+	proxy := coordinatorProxy{c: cfg.Coordinator, timeout: 5 * time.Second, log: log}
+	ticker := time.NewTicker(cfg.Timing.tick())
+	defer ticker.Stop()
+	view, role := uint64(0), seq.RoleNone
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case env := <-cfg.Inbox:
+			r.Step(env)
+			for i := 1; i < maxStepsPerReady; i++ {
+				select {
+				case env = <-cfg.Inbox:
+					r.Step(env)
+					continue
+				default:
+				}
+				break
+			}
+		case <-ticker.C:
+			r.Tick()
+		}
+		rd := r.Ready()
+		if len(rd.Persist) > 0 {
+			if err := cfg.WAL.Append(rd.Persist); err != nil {
+				return fmt.Errorf("seq %d: wal append: %w", cfg.Core.ID, err)
+			}
+		}
+		for _, m := range rd.Messages {
+			if m.To == msg.Coordinator {
+				proxy.handle(ctx, m, func(e msg.Envelope) { cfg.Inbox.Deliver(e) })
+				continue
+			}
+			cfg.Transport.Send(m)
+		}
+		for _, v := range r.Violations() {
+			log.Error("invariant violated", "detail", v)
+		}
+		if r.View() != view || r.Role() != role {
+			view, role = r.View(), r.Role()
+			log.Info("view", "id", cfg.Core.ID, "view", view, "role", role.String(), "last_ordered_gp", r.LastOrderedGP())
+		}
+		if cfg.Observe != nil {
+			cfg.Observe(r)
+		}
+	}
+}
+
+func durabilityName(d seq.Durability) string {
+	if d == seq.Fsync {
+		return "fsync"
+	}
+	return "memory"
+}
+
+// MemWAL is a WAL in memory (tests and single-process clusters, where a
+// "crash" of the replica keeps the process and so its WAL).
+type MemWAL struct{ ops []seq.PersistOp }
+
+// Append records ops.
+func (w *MemWAL) Append(ops []seq.PersistOp) error {
+	w.ops = append(w.ops, ops...)
+	return nil
+}
+
+// Load returns every op recorded.
+func (w *MemWAL) Load() ([]seq.PersistOp, error) { return append([]seq.PersistOp(nil), w.ops...), nil }

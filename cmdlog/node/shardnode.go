@@ -1,0 +1,76 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog/shard"
+)
+
+// ShardConfig configures a shard node.
+type ShardConfig struct {
+	Core      shard.Config
+	Storage   shard.Storage
+	Transport Transport
+	Inbox     Inbox
+	Logger    *slog.Logger
+	// Observe, if set, is called after every Ready (metrics, tests).
+	Observe func(*shard.Shard)
+}
+
+// RunShard runs a shard until ctx ends or its storage fails. Writes of all
+// messages stepped together are applied before any acknowledgement is sent.
+func RunShard(ctx context.Context, cfg ShardConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s, err := shard.New(cfg.Core, cfg.Storage)
+	if err != nil {
+		return err
+	}
+	m := s.Meta()
+	log.Info("shard starting", "id", cfg.Core.ID, "epoch", m.Epoch, "stable_gp", m.StableGP, "trimmed", m.Trimmed)
+	// Shards have no timers; a slow tick only bounds how long an error
+	// can go unnoticed.
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case env := <-cfg.Inbox:
+			s.Step(env)
+			for i := 1; i < maxStepsPerReady; i++ {
+				select {
+				case env = <-cfg.Inbox:
+					s.Step(env)
+					continue
+				default:
+				}
+				break
+			}
+		case <-ticker.C:
+		}
+		rd := s.Ready()
+		for _, w := range rd.Writes {
+			if err := cfg.Storage.Apply(w); err != nil {
+				return fmt.Errorf("shard %d: apply: %w", cfg.Core.ID, err)
+			}
+		}
+		if err := s.Err(); err != nil {
+			return err
+		}
+		for _, m := range rd.Messages {
+			cfg.Transport.Send(m)
+		}
+		for _, v := range s.Violations() {
+			log.Error("invariant violated", "detail", v)
+		}
+		if cfg.Observe != nil {
+			cfg.Observe(s)
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package broadside
+
+// grid is a sector's uniform spatial grid. Ships are bucketed into it once
+// per tick (a counting sort: deterministic order, no allocation after the
+// first ticks) so that each cannonball tests only the ships of the few cells
+// its path touches. Islands are bucketed once, at creation. Points outside
+// the grid are clamped to its edge cells, so nothing is ever missed, only
+// searched more slowly.
+type grid struct {
+	x0, y0 int64 // origin, mm
+	shift  uint  // cell side is 1<<shift mm
+	nx, ny int
+
+	// Ships of the current tick, sorted by cell: cell c holds entries
+	// start[c] to start[c+1]-1.
+	start  []int32
+	ships  []gridShip // in the order added
+	sorted []gridShip // by cell
+	counts []int32
+
+	// Islands (inflated by ShipRadius) overlapping each cell.
+	islStart []int32
+	islItems []int32
+}
+
+// gridShip is a ship's entry: what a hit test needs without touching the
+// table.
+type gridShip struct {
+	slot int32
+	x, y int32
+	id   uint64
+	sunk bool // sunk by an earlier ball of this tick
+}
+
+// newGrid covers r, extended by margin on every side.
+func newGrid(r Rect, margin int32, islands []Island) *grid {
+	x0, y0 := int64(r.X0)-int64(margin), int64(r.Y0)-int64(margin)
+	w, h := int64(r.X1)-int64(r.X0)+2*int64(margin), int64(r.Y1)-int64(r.Y0)+2*int64(margin)
+	// Cells of 65.536 m (larger for huge sectors: at most 256 a side), a
+	// power of two so that locating a point is a shift.
+	shift := uint(16)
+	for max(w, h)>>shift > 256 {
+		shift++
+	}
+	cell := int64(1) << shift
+	g := &grid{x0: x0, y0: y0, shift: shift, nx: int((w + cell - 1) / cell), ny: int((h + cell - 1) / cell)}
+	g.start = make([]int32, g.nx*g.ny+1)
+	g.counts = make([]int32, g.nx*g.ny)
+	// Islands: bounding boxes inflated by the ship radius.
+	perCell := make([][]int32, g.nx*g.ny)
+	for k, is := range islands {
+		rr := int64(is.Radius) + ShipRadius
+		cx0, cy0 := g.cellXY(int64(is.X)-rr, int64(is.Y)-rr)
+		cx1, cy1 := g.cellXY(int64(is.X)+rr, int64(is.Y)+rr)
+		if int64(is.X)+rr < x0 || int64(is.Y)+rr < y0 || int64(is.X)-rr >= x0+w || int64(is.Y)-rr >= y0+h {
+			continue // entirely outside: never clamp far islands into edge cells
+		}
+		for cy := cy0; cy <= cy1; cy++ {
+			for cx := cx0; cx <= cx1; cx++ {
+				perCell[cy*g.nx+cx] = append(perCell[cy*g.nx+cx], int32(k))
+			}
+		}
+	}
+	g.islStart = make([]int32, len(perCell)+1)
+	for c, items := range perCell {
+		g.islStart[c+1] = g.islStart[c] + int32(len(items))
+		g.islItems = append(g.islItems, items...)
+	}
+	return g
+}
+
+// cellXY returns the cell coordinates of (x, y), clamped to the grid.
+func (g *grid) cellXY(x, y int64) (int, int) {
+	cx, cy := max(x-g.x0, 0)>>g.shift, max(y-g.y0, 0)>>g.shift
+	return int(min(cx, int64(g.nx-1))), int(min(cy, int64(g.ny-1)))
+}
+
+// reset empties the ship buckets.
+func (g *grid) reset() {
+	clear(g.counts)
+	g.ships = g.ships[:0]
+}
+
+// add counts a ship; call place after all adds.
+func (g *grid) add(slot int, x, y int32, id uint64) {
+	cx, cy := g.cellXY(int64(x), int64(y))
+	g.counts[cy*g.nx+cx]++
+	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, id: id})
+}
+
+// place sorts the added ships into their cells (stable: slot order within
+// a cell).
+func (g *grid) place() {
+	sum := int32(0)
+	for c, n := range g.counts {
+		g.start[c] = sum
+		sum += n
+	}
+	g.start[len(g.counts)] = sum
+	if cap(g.sorted) < len(g.ships) {
+		g.sorted = make([]gridShip, len(g.ships), cap(g.ships))
+	}
+	g.sorted = g.sorted[:len(g.ships)]
+	copy(g.counts, g.start[:len(g.counts)]) // counts becomes each cell's fill cursor
+	for _, s := range g.ships {
+		cx, cy := g.cellXY(int64(s.x), int64(s.y))
+		c := cy*g.nx + cx
+		g.sorted[g.counts[c]] = s
+		g.counts[c]++
+	}
+}
+
+// firstHit returns the first afloat ship (in cell, then slot order) whose
+// hull circle the segment (ax, ay)→(bx, by) touches, skipping ship id skip,
+// or nil.
+func (g *grid) firstHit(ax, ay, bx, by int64, skip uint64) *gridShip {
+	cx0, cy0 := g.cellXY(min(ax, bx)-ShipRadius, min(ay, by)-ShipRadius)
+	cx1, cy1 := g.cellXY(max(ax, bx)+ShipRadius, max(ay, by)+ShipRadius)
+	for cy := cy0; cy <= cy1; cy++ {
+		for cx := cx0; cx <= cx1; cx++ {
+			c := cy*g.nx + cx
+			for k := g.start[c]; k < g.start[c+1]; k++ {
+				s := &g.sorted[k]
+				if s.id != skip && !s.sunk && segmentTouches(ax, ay, bx, by, int64(s.x), int64(s.y), ShipRadius) {
+					return s
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// islandsNear returns the indexes of the islands whose inflated circle may
+// contain (x, y).
+func (g *grid) islandsNear(x, y int64) []int32 {
+	cx, cy := g.cellXY(x, y)
+	c := cy*g.nx + cx
+	return g.islItems[g.islStart[c]:g.islStart[c+1]]
+}
+
+// segmentTouches reports whether the segment (ax, ay)→(bx, by) passes within
+// r of (cx, cy). Segments are a few ticks of flight long, so the products
+// stay far below 2^63.
+func segmentTouches(ax, ay, bx, by, cx, cy, r int64) bool {
+	dx, dy := bx-ax, by-ay
+	px, py := ax, ay
+	if l2 := dx*dx + dy*dy; l2 != 0 {
+		t := (cx-ax)*dx + (cy-ay)*dy
+		switch {
+		case t >= l2:
+			px, py = bx, by
+		case t > 0:
+			px, py = ax+dx*t/l2, ay+dy*t/l2
+		}
+	}
+	ex, ey := cx-px, cy-py
+	return ex*ex+ey*ey <= r*r
+}

@@ -1,0 +1,748 @@
+// Package broadside is the sample game of the engine: a naval battle of
+// sailing ships firing broadsides, deterministic to the bit, split into
+// sectors that are independent simulation shards (replay.Sim).
+//
+// All game state lives in replay/table tables (so snapshots and state hashes
+// come for free) and uses fixed-point arithmetic only (see fixed.go).
+// Randomness comes from splitmix64 seeded by the world seed, the sector and
+// the tick. Step uses no maps in iteration, no clock and no goroutines.
+//
+// # Sectors and migration
+//
+// Every sector receives every log record. Player commands (Player != 0) are
+// decoded by DecodeCommand; engine records (Player == 0) are migrations. A
+// ship or cannonball that leaves its sector is removed by the source sector,
+// which returns its full state as a replay.Output; the engine appends that
+// to the log, and the destination sector creates the entity when the record
+// comes back as an input, in log order. A ship migrates when it is more than
+// MigrationMargin past its sector's border (hysteresis); a cannonball
+// migrates as soon as it crosses. A ball only hits ships of the sector it is
+// in. On arrival a ship makes up the movement of the ticks it spent in
+// transit (at most MaxCatchUp), and a ball's first hit test sweeps the path
+// it flew in transit, so entities do not stall or tunnel at borders.
+//
+// # Commands and ownership
+//
+// A player's controls (throttle, rudder, last fire order, and the log
+// position of each) are kept by every sector in its players table: every
+// sector applies every command to it, in log order. The ship itself is
+// steered by whichever sector owns it, reading those controls. So a command
+// sent while its ship is in transit (after the source's Output, before the
+// migration record's log position) is never lost: the destination already
+// holds it when the ship arrives and obeys it from then on; a fire order not
+// yet carried out by the source is carried out by the destination (a ship
+// records the log position of the last fire order it handled). Lineage: the
+// owning sector reports rec.Command(ship, pos) when it applies a command,
+// and the destination reports, on arrival, the commands the ship had not yet
+// been credited with, plus the migration record itself.
+package broadside
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/table"
+)
+
+// Table ids and record layouts (byte offsets, little-endian). State that
+// changes every tick (ship motion) is kept apart from state that changes
+// rarely (the rest of a ship), and records that change at random (players'
+// controls, ships' hulls) are in small pages, so that a capture taken every
+// tick or few ticks copies little more than what changed.
+const (
+	metaTableID   = 1
+	playerTableID = 2
+	shipTableID   = 3
+	ballTableID   = 4
+	motionTableID = 5
+
+	metaSize       = 40
+	metaTick       = 0  // u64: the tick of the last Step
+	metaBallSerial = 8  // u64: balls fired in this sector
+	metaSunk       = 16 // u64: ships sunk in this sector
+	metaMigrated   = 24 // u64: entities that left this sector
+	metaLastPos    = 32 // u64: the highest log position applied
+
+	playerSize    = 40
+	playerPage    = 4
+	plPlayer      = 0  // u32 player id
+	plFireSide    = 4  // u8 Side of the last fire order
+	plThrottle    = 5  // i8 percent
+	plRudder      = 6  // i8 percent
+	plShipSlot    = 8  // u32: ship slot + 1 in this sector, 0 if elsewhere
+	plThrottlePos = 16 // u64 log position of the last throttle order
+	plRudderPos   = 24 // u64 log position of the last rudder order
+	plFirePos     = 32 // u64 log position of the last fire order
+
+	// ships: identity, hull and guns (slot i of motion is the same ship).
+	shipSize      = 56
+	shipPage      = 8
+	shID          = 0  // u64 entity id
+	shPlayer      = 8  // u32
+	shPlayerSlot  = 12 // u32 slot in the players table
+	shHull        = 16 // i16
+	shSunk        = 18 // u8
+	shPortReady   = 24 // u64 tick the port guns are loaded
+	shStbdReady   = 32 // u64 tick the starboard guns are loaded
+	shRespawnAt   = 40 // u64 tick a sunk ship respawns
+	shFireHandled = 48 // u64 log position of the last fire order handled
+
+	// motion: a ship's position and way, rewritten every tick it moves.
+	motionSize = 16
+	mvX        = 0  // i32 mm
+	mvY        = 4  // i32 mm
+	mvSpeed    = 8  // i32 mm/tick
+	mvHeading  = 12 // u16 binary angle
+
+	ballSize   = 64
+	blID       = 0  // u64 entity id
+	blOwner    = 8  // u64 firing ship's entity id
+	blX0       = 16 // i32 mm, position at spawn tick
+	blY0       = 20 // i32
+	blVX       = 24 // i32 mm/tick
+	blVY       = 28 // i32
+	blSpawn    = 32 // u64 tick fired
+	blLifetime = 40 // u32 ticks of flight
+	blDeparted = 48 // u64 tick it left its previous sector (0: fired here)
+	blArrived  = 56 // u64 tick it arrived here
+)
+
+// Sector is one sim shard of a world: it owns the ships and cannonballs
+// inside its rectangle. It implements replay.Sim and replay.TableSim.
+type Sector struct {
+	geo    *geometry
+	index  int
+	bounds Rect
+	// owned is bounds extended by MigrationMargin: ships leave only
+	// beyond it.
+	owned Rect
+
+	meta, players, ships, motion, balls *table.Table
+	set                                 *table.Set
+	// playerSlots maps player ids to their slot in the players table. It
+	// is derived from the table (rebuilt by Restored) and only looked up,
+	// never iterated.
+	playerSlots map[uint32]int32
+
+	grid *grid
+	tick uint64
+	rng  rng
+	hash uint64
+
+	outBuf  []byte
+	outEnds []int
+	mig     migration
+}
+
+var (
+	_ replay.Sim      = (*Sector)(nil)
+	_ replay.TableSim = (*Sector)(nil)
+)
+
+// NewSector returns sector index (row-major in the SectorsX × SectorsY
+// grid) of the world described by cfg, empty at tick 0.
+func NewSector(cfg Config, index int) (*Sector, error) {
+	geo, err := newGeometry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newSector(geo, index)
+}
+
+func newSector(geo *geometry, index int) (*Sector, error) {
+	if index < 0 || index >= geo.cfg.Sectors() {
+		return nil, fmt.Errorf("broadside: sector %d of %d", index, geo.cfg.Sectors())
+	}
+	s := &Sector{geo: geo, index: index, bounds: geo.bounds(index), playerSlots: map[uint32]int32{}}
+	s.owned = Rect{s.bounds.X0 - MigrationMargin, s.bounds.Y0 - MigrationMargin, s.bounds.X1 + MigrationMargin, s.bounds.Y1 + MigrationMargin}
+	var err error
+	mk := func(id uint32, size int, opts table.Options) *table.Table {
+		if err == nil {
+			var t *table.Table
+			t, err = table.New(id, size, opts)
+			return t
+		}
+		return nil
+	}
+	s.meta = mk(metaTableID, metaSize, table.Options{MaxRecords: 1})
+	s.players = mk(playerTableID, playerSize, table.Options{MaxRecords: geo.cfg.MaxPlayers, RecordsPerPage: playerPage})
+	s.ships = mk(shipTableID, shipSize, table.Options{MaxRecords: geo.cfg.MaxPlayers, RecordsPerPage: shipPage})
+	s.motion = mk(motionTableID, motionSize, table.Options{MaxRecords: geo.cfg.MaxPlayers})
+	// Balls live in cohorts (a broadside's balls are fired together and
+	// fall together): next-fit keeps each cohort on few pages, so a tick's
+	// firing and falling dirty few pages.
+	s.balls = mk(ballTableID, ballSize, table.Options{MaxRecords: geo.cfg.MaxBallsPerSector, Policy: table.NextFit, RecordsPerPage: 16})
+	if err != nil {
+		return nil, err
+	}
+	if s.set, err = table.NewSet(s.meta, s.players, s.ships, s.motion, s.balls); err != nil {
+		return nil, err
+	}
+	if _, err := s.meta.Alloc(); err != nil {
+		return nil, err
+	}
+	s.grid = newGrid(s.bounds, MigrationMargin+ShipRadius, geo.islands)
+	s.hash = s.set.Hash()
+	return s, nil
+}
+
+// Index returns the sector's index.
+func (s *Sector) Index() int { return s.index }
+
+// Bounds returns the sector's rectangle.
+func (s *Sector) Bounds() Rect { return s.bounds }
+
+// Tick returns the tick of the last Step.
+func (s *Sector) Tick() uint64 { return s.tick }
+
+// Hash returns the state hash after the last Step (or restore).
+func (s *Sector) Hash() uint64 { return s.hash }
+
+// Tables returns the sector's state tables (replay.TableSim).
+func (s *Sector) Tables() *table.Set { return s.set }
+
+// Islands returns the world's islands.
+func (s *Sector) Islands() []Island { return append([]Island(nil), s.geo.islands...) }
+
+// Step advances the sector by one tick (replay.Sim): it applies the tick's
+// records in log order, sails the ships, fires, flies the cannonballs and
+// resolves hits, and returns the migrations of entities that left.
+func (s *Sector) Step(tick uint64, cmds []replay.Command, rec lineage.Recorder) []replay.Output {
+	if rec == nil {
+		rec = lineage.Nop
+	}
+	s.tick = tick
+	s.meta.Mut(0).SetU64(metaTick, tick)
+	s.rng = newRNG(s.geo.cfg.Seed, uint64(s.index), tick)
+	s.outBuf, s.outEnds = s.outBuf[:0], s.outEnds[:0]
+
+	for i := range cmds {
+		c := &cmds[i]
+		if c.Player == 0 {
+			s.applyMigration(c, rec)
+		} else {
+			s.applyCommand(c, rec)
+		}
+	}
+	if n := len(cmds); n > 0 {
+		s.meta.Mut(0).SetU64(metaLastPos, cmds[n-1].Pos)
+	}
+	s.sailShips(rec)
+	s.buildGrid()
+	s.flyBalls(rec)
+	s.hash = s.set.Hash()
+	return s.outputs()
+}
+
+// applyCommand applies a player command. Commands of unknown players and
+// invalid payloads are ignored.
+func (s *Sector) applyCommand(c *replay.Command, rec lineage.Recorder) {
+	pc, err := DecodeCommand(c.Payload)
+	if err != nil {
+		return
+	}
+	if pc.Kind == KindJoin {
+		s.join(c, rec)
+		return
+	}
+	ps, ok := s.playerSlots[c.Player]
+	if !ok {
+		return
+	}
+	p := s.players.Mut(int(ps))
+	switch pc.Kind {
+	case KindThrottle:
+		p.SetI8(plThrottle, pc.Value)
+		p.SetU64(plThrottlePos, c.Pos)
+	case KindRudder:
+		p.SetI8(plRudder, pc.Value)
+		p.SetU64(plRudderPos, c.Pos)
+	case KindFire:
+		p.SetU8(plFireSide, uint8(pc.Side))
+		p.SetU64(plFirePos, c.Pos)
+	}
+	if p.U32(plShipSlot) != 0 {
+		rec.Command(ShipID(c.Player), c.Pos)
+	}
+}
+
+// join registers a new player in every sector; the sector containing the
+// spawn point creates the ship.
+func (s *Sector) join(c *replay.Command, rec lineage.Recorder) {
+	if _, ok := s.playerSlots[c.Player]; ok {
+		return
+	}
+	ps, err := s.players.Alloc()
+	if err != nil {
+		return // MaxPlayers reached: every sector ignores the join alike
+	}
+	s.players.Mut(ps).SetU32(plPlayer, c.Player)
+	s.playerSlots[c.Player] = int32(ps)
+	x, y, heading := s.geo.spawnPoint(c.Player, s.tick)
+	if s.geo.sectorAt(int64(x), int64(y)) != s.index {
+		return
+	}
+	st := shipState{
+		id: ShipID(c.Player), player: c.Player, x: x, y: y, heading: heading, hull: MaxHull,
+		portReady: s.tick, stbdReady: s.tick,
+	}
+	if sh := s.addShip(&st, ps); sh >= 0 {
+		rec.Command(st.id, c.Pos)
+	}
+}
+
+// addShip creates a ship from st for the player in slot ps, returning its
+// slot (or -1 if the player already has a ship here).
+func (s *Sector) addShip(st *shipState, ps int) int {
+	p := s.players.Row(ps)
+	if p.U32(plShipSlot) != 0 {
+		return -1
+	}
+	i, err := s.ships.Alloc()
+	if err != nil {
+		return -1 // cannot happen: ships ≤ players
+	}
+	// ships and motion allocate in lockstep (same policy, same calls).
+	if m, err := s.motion.Alloc(); err != nil || m != i {
+		panic(fmt.Sprintf("broadside: ship slot %d but motion slot %d (%v)", i, m, err))
+	}
+	s.writeShip(i, st, ps)
+	s.players.Mut(ps).SetU32(plShipSlot, uint32(i)+1)
+	return i
+}
+
+func (s *Sector) writeShip(i int, st *shipState, ps int) {
+	r := s.ships.Mut(i)
+	r.SetU64(shID, uint64(st.id))
+	r.SetU32(shPlayer, st.player)
+	r.SetU32(shPlayerSlot, uint32(ps))
+	r.SetI16(shHull, st.hull)
+	var sunk uint8
+	if st.sunk {
+		sunk = 1
+	}
+	r.SetU8(shSunk, sunk)
+	r.SetU64(shPortReady, st.portReady)
+	r.SetU64(shStbdReady, st.stbdReady)
+	r.SetU64(shRespawnAt, st.respawnAt)
+	r.SetU64(shFireHandled, st.fireHandledPos)
+	m := s.motion.Mut(i)
+	m.SetI32(mvX, st.x)
+	m.SetI32(mvY, st.y)
+	m.SetI32(mvSpeed, st.speed)
+	m.SetU16(mvHeading, st.heading)
+}
+
+func (s *Sector) readShip(i int, st *shipState) {
+	r, m := s.ships.Row(i), s.motion.Row(i)
+	*st = shipState{
+		id:             lineage.EntityID(r.U64(shID)),
+		player:         r.U32(shPlayer),
+		x:              m.I32(mvX),
+		y:              m.I32(mvY),
+		speed:          m.I32(mvSpeed),
+		heading:        m.U16(mvHeading),
+		hull:           r.I16(shHull),
+		sunk:           r.U8(shSunk) != 0,
+		portReady:      r.U64(shPortReady),
+		stbdReady:      r.U64(shStbdReady),
+		respawnAt:      r.U64(shRespawnAt),
+		fireHandledPos: r.U64(shFireHandled),
+		appliedThrough: s.meta.Row(0).U64(metaLastPos),
+	}
+}
+
+// applyMigration creates the entity of a migration addressed to this
+// sector. Invalid records, records for other sectors and duplicates are
+// ignored.
+func (s *Sector) applyMigration(c *replay.Command, rec lineage.Recorder) {
+	m := &s.mig
+	if decodeMigration(c.Payload, s.geo, m) != nil || m.to != s.index {
+		return
+	}
+	switch m.kind {
+	case kindShip:
+		ps, ok := s.playerSlots[m.ship.player]
+		if !ok {
+			return
+		}
+		i := s.addShip(&m.ship, int(ps))
+		if i < 0 {
+			return
+		}
+		rec.Command(m.ship.id, c.Pos)
+		// Credit the commands the ship missed in transit; its controls
+		// are already in the players table.
+		p := s.players.Row(int(ps))
+		for _, off := range [...]int{plThrottlePos, plRudderPos, plFirePos} {
+			if pos := p.U64(off); pos > m.ship.appliedThrough {
+				rec.Command(m.ship.id, pos)
+			}
+		}
+		// Make up the movement of the ticks in transit.
+		if !m.ship.sunk && s.tick > m.departed+1 {
+			for k := min(s.tick-m.departed-1, MaxCatchUp); k > 0; k-- {
+				s.moveShip(i)
+			}
+		}
+	case kindBall:
+		i, err := s.balls.Alloc()
+		if err != nil {
+			return
+		}
+		b, r := &m.ball, s.balls.Mut(i)
+		r.SetU64(blID, uint64(b.id))
+		r.SetU64(blOwner, uint64(b.owner))
+		r.SetI32(blX0, b.x0)
+		r.SetI32(blY0, b.y0)
+		r.SetI32(blVX, b.vx)
+		r.SetI32(blVY, b.vy)
+		r.SetU64(blSpawn, b.spawnTick)
+		r.SetU32(blLifetime, b.lifetime)
+		r.SetU64(blDeparted, m.departed)
+		r.SetU64(blArrived, s.tick)
+		rec.Command(b.id, c.Pos)
+	}
+}
+
+// sailShips runs every ship's tick: respawn, fire, move, migrate.
+func (s *Sector) sailShips(rec lineage.Recorder) {
+	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
+		r := s.ships.Row(i)
+		if r.U8(shSunk) != 0 {
+			if s.tick >= r.U64(shRespawnAt) {
+				s.respawn(i)
+			}
+			continue
+		}
+		p := s.players.Row(int(r.U32(shPlayerSlot)))
+		if firePos := p.U64(plFirePos); firePos > r.U64(shFireHandled) {
+			side := Side(p.U8(plFireSide))
+			readyAt := shPortReady
+			if side == Starboard {
+				readyAt = shStbdReady
+			}
+			if r.U64(readyAt) <= s.tick {
+				w := s.ships.Mut(i)
+				w.SetU64(readyAt, s.tick+Reload)
+				w.SetU64(shFireHandled, firePos)
+				s.fire(i, side, rec)
+			}
+			// Not loaded yet: the order stays pending until it is.
+		}
+		s.moveShip(i)
+		if mv := s.motion.Row(i); !s.owned.Contains(int64(mv.I32(mvX)), int64(mv.I32(mvY))) {
+			x, y := mv.I32(mvX), mv.I32(mvY)
+			s.emigrateShip(i, s.geo.sectorAt(int64(x), int64(y)))
+		}
+	}
+}
+
+// moveShip applies one tick of the player's controls to ship i: speed,
+// heading, position, groundings and the edge of the world.
+func (s *Sector) moveShip(i int) {
+	r := s.motion.Row(i)
+	p := s.players.Row(int(s.ships.Row(i).U32(shPlayerSlot)))
+	throttle, rudder := int32(p.I8(plThrottle)), int32(p.I8(plRudder))
+	speed, heading := r.I32(mvSpeed), r.U16(mvHeading)
+	x, y := r.I32(mvX), r.I32(mvY)
+
+	target := throttle * MaxSpeed / 100
+	if throttle < 0 {
+		target = throttle * MaxReverse / 100
+	}
+	switch {
+	case speed < target:
+		speed = min(speed+Accel, target)
+	case speed > target:
+		speed = max(speed-Accel, target)
+	}
+	steer := max(speed, -speed, MaxSpeed/4)
+	turn := rudder * MaxTurn * steer / (100 * MaxSpeed)
+	if speed < 0 {
+		turn = -turn
+	}
+	heading += Angle(int16(turn))
+	nx := int64(x) + int64(mulQ16(speed, Cos(heading)))
+	ny := int64(y) + int64(mulQ16(speed, Sin(heading)))
+
+	for _, k := range s.grid.islandsNear(nx, ny) {
+		is := &s.geo.islands[k]
+		dx, dy := nx-int64(is.X), ny-int64(is.Y)
+		rr := int64(is.Radius) + ShipRadius
+		if d2 := dx*dx + dy*dy; d2 < rr*rr {
+			// Aground: pushed back to the shore, scraping speed off.
+			d := int64(isqrt(uint64(d2)))
+			if d == 0 {
+				dx, d = 1, 1
+			}
+			nx, ny = int64(is.X)+dx*rr/d, int64(is.Y)+dy*rr/d
+			speed = speed * 3 / 4
+		}
+	}
+	nx = min(max(nx, ShipRadius), int64(s.geo.w)-ShipRadius)
+	ny = min(max(ny, ShipRadius), int64(s.geo.h)-ShipRadius)
+
+	if speed == r.I32(mvSpeed) && heading == r.U16(mvHeading) && int32(nx) == x && int32(ny) == y {
+		return // nothing changed: no write, nothing to hash or capture
+	}
+	w := s.motion.Mut(i)
+	w.SetI32(mvSpeed, speed)
+	w.SetU16(mvHeading, heading)
+	w.SetI32(mvX, int32(nx))
+	w.SetI32(mvY, int32(ny))
+}
+
+// fire launches a broadside of Guns cannonballs from ship i.
+func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
+	owner := s.ships.Row(i).U64(shID)
+	r := s.motion.Row(i)
+	x, y, speed, heading := r.I32(mvX), r.I32(mvY), r.I32(mvSpeed), r.U16(mvHeading)
+	out := heading + Deg90
+	if side == Starboard {
+		out = heading - Deg90
+	}
+	cosH, sinH, cosO, sinO := Cos(heading), Sin(heading), Cos(out), Sin(out)
+	shipVX, shipVY := mulQ16(speed, cosH), mulQ16(speed, sinH)
+	for g := int32(0); g < Guns; g++ {
+		along := -GunSpan/2 + g*GunSpan/(Guns-1)
+		bx := x + mulQ16(along, cosH) + mulQ16(GunAbeam, cosO)
+		by := y + mulQ16(along, sinH) + mulQ16(GunAbeam, sinO)
+		aim := out + Angle(int16(s.rng.between(-200, 200))) // ±1.1°
+		v := BallSpeed + s.rng.between(-150, 150)
+		b, err := s.balls.Alloc()
+		if err != nil {
+			return // the sector is full of cannonballs: the guns misfire
+		}
+		m := s.meta.Mut(0)
+		serial := m.U64(metaBallSerial)
+		m.SetU64(metaBallSerial, serial+1)
+		id := ballID(s.index, serial)
+		w := s.balls.Mut(b)
+		w.SetU64(blID, uint64(id))
+		w.SetU64(blOwner, owner)
+		w.SetI32(blX0, bx)
+		w.SetI32(blY0, by)
+		w.SetI32(blVX, mulQ16(v, Cos(aim))+shipVX)
+		w.SetI32(blVY, mulQ16(v, Sin(aim))+shipVY)
+		w.SetU64(blSpawn, s.tick)
+		w.SetU32(blLifetime, uint32(BallLifetime+s.rng.between(-5, 5)))
+		rec.Derived(id, lineage.EntityID(owner))
+	}
+}
+
+// respawn brings sunk ship i back at its spawn point for this tick; if that
+// point is in another sector, the ship migrates there.
+func (s *Sector) respawn(i int) {
+	r := s.ships.Row(i)
+	player := r.U32(shPlayer)
+	x, y, heading := s.geo.spawnPoint(player, s.tick)
+	p := s.players.Row(int(r.U32(shPlayerSlot)))
+	mv := s.motion.Mut(i)
+	mv.SetI32(mvX, x)
+	mv.SetI32(mvY, y)
+	mv.SetU16(mvHeading, heading)
+	mv.SetI32(mvSpeed, 0)
+	w := s.ships.Mut(i)
+	w.SetI16(shHull, MaxHull)
+	w.SetU8(shSunk, 0)
+	w.SetU64(shRespawnAt, 0)
+	w.SetU64(shPortReady, s.tick)
+	w.SetU64(shStbdReady, s.tick)
+	w.SetU64(shFireHandled, p.U64(plFirePos)) // orders given while sunk are void
+	if to := s.geo.sectorAt(int64(x), int64(y)); to != s.index {
+		s.emigrateShip(i, to)
+	}
+}
+
+// emigrateShip removes ship i and emits its migration to sector to.
+func (s *Sector) emigrateShip(i, to int) {
+	var st shipState
+	s.readShip(i, &st)
+	ps := int(s.ships.Row(i).U32(shPlayerSlot))
+	s.players.Mut(ps).SetU32(plShipSlot, 0)
+	s.ships.Free(i)
+	s.motion.Free(i)
+	s.bumpMigrated()
+	s.outBuf = appendShipMigration(s.outBuf, s.index, to, s.tick, &st)
+	s.outEnds = append(s.outEnds, len(s.outBuf))
+}
+
+func (s *Sector) bumpMigrated() {
+	m := s.meta.Mut(0)
+	m.SetU64(metaMigrated, m.U64(metaMigrated)+1)
+}
+
+// buildGrid buckets the afloat ships for the cannonballs' hit tests.
+func (s *Sector) buildGrid() {
+	s.grid.reset()
+	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
+		r := s.ships.Row(i)
+		if r.U8(shSunk) == 0 {
+			m := s.motion.Row(i)
+			s.grid.add(i, m.I32(mvX), m.I32(mvY), r.U64(shID))
+		}
+	}
+	s.grid.place()
+}
+
+// ballAt returns ball r's position at tick t.
+func ballAt(r table.Record, t uint64) (int64, int64) {
+	age := int64(t - r.U64(blSpawn))
+	return int64(r.I32(blX0)) + int64(r.I32(blVX))*age, int64(r.I32(blY0)) + int64(r.I32(blVY))*age
+}
+
+// flyBalls moves every cannonball along its straight flight (positions are
+// a function of the tick, so a ball's record is written only when it is
+// fired or arrives), and resolves splashes, hits and border crossings.
+func (s *Sector) flyBalls(rec lineage.Recorder) {
+	t := s.tick
+	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
+		r := s.balls.Row(i)
+		spawn := r.U64(blSpawn)
+		if t < spawn || t-spawn > uint64(r.U32(blLifetime)) {
+			s.balls.Free(i) // fell into the sea
+			continue
+		}
+		x, y := ballAt(r, t)
+		if !s.geo.inWorld(x, y) {
+			s.balls.Free(i)
+			continue
+		}
+		if !s.bounds.Contains(x, y) {
+			s.emigrateBall(i, s.geo.sectorAt(x, y))
+			continue
+		}
+		if s.splashes(x, y) {
+			s.balls.Free(i)
+			continue
+		}
+		// Sweep the path since the last test: one tick, or on arrival the
+		// ticks in transit (the source tested up to departure-1).
+		from := t - 1
+		if d := r.U64(blDeparted); d != 0 && r.U64(blArrived) == t {
+			from = d - 1
+		}
+		from = max(from, spawn, t-min(t, MaxCatchUp))
+		ax, ay := ballAt(r, from)
+		owner := r.U64(blOwner)
+		if hit := s.grid.firstHit(ax, ay, x, y, owner); hit != nil {
+			hit.sunk = s.hitShip(int(hit.slot), r, rec)
+			s.balls.Free(i)
+		}
+	}
+}
+
+// splashes reports whether (x, y) is on an island.
+func (s *Sector) splashes(x, y int64) bool {
+	for _, k := range s.grid.islandsNear(x, y) {
+		is := &s.geo.islands[k]
+		dx, dy, rr := x-int64(is.X), y-int64(is.Y), int64(is.Radius)
+		if dx*dx+dy*dy < rr*rr {
+			return true
+		}
+	}
+	return false
+}
+
+// hitShip applies ball r's damage to ship i, sinking it at zero hull; it
+// reports whether the ship sank.
+func (s *Sector) hitShip(i int, ball table.Record, rec lineage.Recorder) bool {
+	w := s.ships.Mut(i)
+	hull := w.I16(shHull) - int16(s.rng.between(MinDamage, MaxDamage))
+	rec.Derived(lineage.EntityID(w.U64(shID)), lineage.EntityID(ball.U64(blID)))
+	if hull > 0 {
+		w.SetI16(shHull, hull)
+		return false
+	}
+	w.SetI16(shHull, 0)
+	w.SetU8(shSunk, 1)
+	s.motion.Mut(i).SetI32(mvSpeed, 0)
+	w.SetU64(shRespawnAt, s.tick+RespawnDelay)
+	m := s.meta.Mut(0)
+	m.SetU64(metaSunk, m.U64(metaSunk)+1)
+	return true
+}
+
+// emigrateBall removes ball i and emits its migration to sector to.
+func (s *Sector) emigrateBall(i, to int) {
+	r := s.balls.Row(i)
+	b := ballState{
+		id: lineage.EntityID(r.U64(blID)), owner: lineage.EntityID(r.U64(blOwner)),
+		x0: r.I32(blX0), y0: r.I32(blY0), vx: r.I32(blVX), vy: r.I32(blVY),
+		spawnTick: r.U64(blSpawn), lifetime: r.U32(blLifetime),
+	}
+	s.balls.Free(i)
+	s.bumpMigrated()
+	s.outBuf = appendBallMigration(s.outBuf, s.index, to, s.tick, &b)
+	s.outEnds = append(s.outEnds, len(s.outBuf))
+}
+
+// outputs copies this tick's migrations into fresh memory owned by the
+// caller (one allocation for the payloads, one for the slice).
+func (s *Sector) outputs() []replay.Output {
+	if len(s.outEnds) == 0 {
+		return nil
+	}
+	buf := append([]byte(nil), s.outBuf...)
+	outs := make([]replay.Output, len(s.outEnds))
+	start := 0
+	for k, end := range s.outEnds {
+		outs[k].Payload = buf[start:end:end]
+		start = end
+	}
+	return outs
+}
+
+// errBadState is wrapped by Restored's errors.
+var errBadState = errors.New("broadside: inconsistent restored state")
+
+// Restored rebuilds the sector's derived indexes after its tables were
+// restored from a snapshot and checks the state's invariants
+// (replay.TableSim). On error the sector must not be stepped.
+func (s *Sector) Restored() error {
+	if s.meta.Len() != 1 || !s.meta.Live(0) {
+		return fmt.Errorf("%w: meta table has %d records", errBadState, s.meta.Len())
+	}
+	s.tick = s.meta.Row(0).U64(metaTick)
+	slots := make(map[uint32]int32, s.players.Len())
+	for i := s.players.NextLive(0); i >= 0; i = s.players.NextLive(i + 1) {
+		p := s.players.Row(i)
+		id := p.U32(plPlayer)
+		if _, dup := slots[id]; dup || id == 0 {
+			return fmt.Errorf("%w: player %d in slot %d", errBadState, id, i)
+		}
+		slots[id] = int32(i)
+		if sh := int(p.U32(plShipSlot)) - 1; sh >= 0 && (!s.ships.Live(sh) || int(s.ships.Row(sh).U32(shPlayerSlot)) != i) {
+			return fmt.Errorf("%w: player %d's ship slot %d", errBadState, id, sh)
+		}
+	}
+	if s.motion.Len() != s.ships.Len() {
+		return fmt.Errorf("%w: %d ships but %d motion records", errBadState, s.ships.Len(), s.motion.Len())
+	}
+	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
+		r := s.ships.Row(i)
+		ps := int(r.U32(shPlayerSlot))
+		switch {
+		case !s.motion.Live(i):
+			return fmt.Errorf("%w: ship slot %d has no motion record", errBadState, i)
+		case !s.players.Live(ps) || int(s.players.Row(ps).U32(plShipSlot)) != i+1:
+			return fmt.Errorf("%w: ship slot %d's player slot %d", errBadState, i, ps)
+		case r.U64(shID) != uint64(ShipID(r.U32(shPlayer))) || s.players.Row(ps).U32(plPlayer) != r.U32(shPlayer):
+			return fmt.Errorf("%w: ship slot %d id %#x", errBadState, i, r.U64(shID))
+		case r.I16(shHull) < 0 || r.I16(shHull) > MaxHull || r.U8(shSunk) > 1:
+			return fmt.Errorf("%w: ship slot %d hull/sunk", errBadState, i)
+		}
+	}
+	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
+		r := s.balls.Row(i)
+		if r.U32(blLifetime) > MaxBallLifetime || abs32(r.I32(blVX)) > maxBallVelocity || abs32(r.I32(blVY)) > maxBallVelocity {
+			return fmt.Errorf("%w: ball slot %d", errBadState, i)
+		}
+	}
+	s.playerSlots = slots
+	s.hash = s.set.Hash()
+	return nil
+}

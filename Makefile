@@ -6,10 +6,10 @@ FUZZTIME ?= 30s
 DST_SEEDS ?= 500
 SOAK_SEEDS ?= 20000
 
-.PHONY: test deps vet unit dst generate fuzz bench dst-soak lint build
+.PHONY: test deps vet unit dst faults generate fuzz bench dst-soak lint build
 
-## test: install missing system packages, vet, run every test (the deterministic simulator included)
-test: deps vet unit dst
+## test: install missing system packages, vet, run every test (the deterministic simulator and the process fault test included)
+test: deps vet unit dst faults
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; later X11/GL for the viewer)
 deps:
@@ -19,9 +19,14 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-## unit: all package tests except the long simulator run (which `dst` runs with a summary line)
+## unit: all package tests except the simulator and the process fault test (run by `dst` and `faults` with summary lines)
 unit:
-	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v /internal/dst$$)
+	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses' $$($(GO) list ./... | grep -v /internal/dst$$)
+
+## faults: SIGKILL sequencing replicas and a shard running as separate processes; prints the faults line
+faults:
+	$(GO) test -count=1 -timeout 10m -v -run 'TestFaultsRealProcesses' ./cmd/broadside \
+	  | grep -E '^(faults:|--- FAIL|FAIL|ok)|SIGKILL|lost'
 
 ## dst: the deterministic simulator over DST_SEEDS seeds, plus the injected-bug and fsync runs
 dst:

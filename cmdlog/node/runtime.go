@@ -7,6 +7,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -77,7 +78,7 @@ func (p coordinatorProxy) handle(ctx context.Context, env msg.Envelope, reply fu
 			switch {
 			case err == nil:
 				resp = msg.CoordResp{ReqID: m.ReqID, OK: true, Rev: rev, View: v}
-			case err == coord.ErrNotFound:
+			case errors.Is(err, coord.ErrNotFound):
 				resp = msg.CoordResp{ReqID: m.ReqID, OK: true}
 			default:
 				p.log.Warn("coordinator get failed", "err", err)
@@ -88,7 +89,7 @@ func (p coordinatorProxy) handle(ctx context.Context, env msg.Envelope, reply fu
 			switch {
 			case err == nil:
 				resp = msg.CoordResp{ReqID: m.ReqID, OK: true, Rev: rev, View: m.View}
-			case err == coord.ErrConflict:
+			case errors.Is(err, coord.ErrConflict):
 				v, rev, gerr := p.c.Get(ctx)
 				if gerr != nil {
 					p.log.Warn("coordinator get after conflict failed", "err", gerr)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/internal/dst"
@@ -13,23 +14,42 @@ import (
 )
 
 func newDemoCmd() *cobra.Command {
-	var opts dst.Options
-	var fsync bool
-	var trace bool
+	var o logDemoOptions
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the Broadside demo",
 		Long: `Run the Broadside demo.
 
-Today the demo runs the command log's protocol cores (3 sequencing replicas,
+Until the game server lands, 'broadside demo' is 'broadside demo log': a
+3-replica, 2-shard command log on loopback QUIC in this process, appended to by
+several clients while its sequencing leader crashes and restarts, then read
+back and checked. 'broadside demo dst' runs the same protocol under the
+deterministic simulator with many more faults.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runLogDemo(cmd.Context(), cmd.OutOrStdout(), o)
+		},
+	}
+	o = logDemoOptions{clients: 3, concurrency: 16, duration: 6 * time.Second, size: 100}
+	cmd.AddCommand(newDemoLogCmd(), newDemoDSTCmd())
+	return cmd
+}
+
+func newDemoDSTCmd() *cobra.Command {
+	var opts dst.Options
+	var fsync bool
+	var trace bool
+	cmd := &cobra.Command{
+		Use:   "dst",
+		Short: "Run the command log's protocol cores under the deterministic simulator",
+		Long: `Run the command log's protocol cores (3 sequencing replicas,
 2 shards, 3 clients) under the deterministic simulator: concurrent appends,
 injected faults (crashes, partitions, dropped, duplicated and reordered
 messages), view changes, reads and tail checks; then it reads the log back and
 checks that every acknowledged append is there exactly once, in real-time
 order, and that the clients' histories are linearizable. The same seed always
 replays the same run.`,
-		Example: `  broadside demo
-  broadside demo --seed 127 --trace`,
+		Example: `  broadside demo dst
+  broadside demo dst --seed 127 --trace`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.Seed == 0 {
 				opts.Seed = rand.Uint64N(1_000_000) + 1
@@ -95,7 +115,7 @@ func runSimDemo(w io.Writer, opts dst.Options, all bool) error {
 		for _, v := range res.Violations {
 			fmt.Fprintf(w, "  %s\n", v)
 		}
-		return fmt.Errorf("seed %d broke the log's invariants (replay: broadside demo --seed %d --trace)", opts.Seed, opts.Seed)
+		return fmt.Errorf("seed %d broke the log's invariants (replay: broadside demo dst --seed %d --trace)", opts.Seed, opts.Seed)
 	}
 	lin := "linearizable (porcupine)"
 	if !res.Checked {

@@ -136,7 +136,7 @@ data under --data/nats) that the other nodes use as --coord.`,
 				if _, err := cmdlog.Bootstrap(ctx, co, replicaIDs(peers)); err != nil {
 					return err
 				}
-				w, err := wal.Open(filepath.Join(dataDir, "wal"), wal.Options{})
+				w, err := wal.Open(filepath.Join(dataDir, "wal"), wal.Options{Logger: log})
 				if err != nil {
 					return err
 				}

@@ -407,3 +407,13 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "fatal", true)
 	os.Exit(1)
 }
+
+// PebbleLogger adapts a slog.Logger to Pebble's logger (routine messages at
+// debug level, fatal ones exit the process), for other Pebble databases of
+// a node such as its write-ahead log.
+func PebbleLogger(l *slog.Logger) pebble.Logger {
+	if l == nil {
+		l = slog.Default()
+	}
+	return pebbleLogger{l}
+}

@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 
 	"github.com/anoptic/broadside/cmdlog/codec"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/seq"
+	"github.com/anoptic/broadside/cmdlog/shardstore"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -36,11 +38,13 @@ type Pebble struct {
 type Options struct {
 	// FS is the filesystem (default: the OS's). Tests pass vfs.NewMem().
 	FS vfs.FS
+	// Logger receives Pebble's messages (routine ones at debug level).
+	Logger *slog.Logger
 }
 
 // Open opens (creating if needed) the WAL in dir.
 func Open(dir string, opts Options) (*Pebble, error) {
-	po := &pebble.Options{}
+	po := &pebble.Options{Logger: shardstore.PebbleLogger(opts.Logger)}
 	if opts.FS != nil {
 		po.FS = opts.FS
 	}

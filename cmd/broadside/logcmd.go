@@ -23,6 +23,17 @@ values the nodes got).`,
 	}
 	cf.register(cmd.PersistentFlags())
 	timeout := cmd.PersistentFlags().Duration("timeout", 30*time.Second, "give up after this long")
+	// withClient runs fn with a client of the cluster, bounded by --timeout.
+	withClient := func(cmd *cobra.Command, fn func(ctx context.Context, c *cmdlog.RemoteClient) error) error {
+		ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
+		defer cancel()
+		c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		return fn(ctx, c)
+	}
 
 	var count, concurrency, size int
 	appendCmd := &cobra.Command{
@@ -31,52 +42,47 @@ values the nodes got).`,
 		Example: `  broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls hello world
   broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --count 100000 --concurrency 64`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
-			defer cancel()
-			c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			if len(args) > 0 {
-				for _, a := range args {
-					if err := c.Append(ctx, []byte(a)); err != nil {
-						return fmt.Errorf("append %q: %w", a, err)
-					}
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "appended %d records (durable on every sequencing replica)\n", len(args))
-				return nil
-			}
-			if count <= 0 {
-				return fmt.Errorf("give records as arguments or --count N")
-			}
-			payload := make([]byte, size)
-			var next, done atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, concurrency)
-			start := time.Now()
-			for range concurrency {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for next.Add(1) <= int64(count) {
-						if err := c.Append(ctx, payload); err != nil {
-							errs <- err
-							return
+			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
+				if len(args) > 0 {
+					for _, a := range args {
+						if err := c.Append(ctx, []byte(a)); err != nil {
+							return fmt.Errorf("append %q: %w", a, err)
 						}
-						done.Add(1)
 					}
-				}()
-			}
-			wg.Wait()
-			el := time.Since(start)
-			close(errs)
-			if err := <-errs; err != nil {
-				return fmt.Errorf("after %d appends: %w", done.Load(), err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "appended %d records of %d bytes in %v (%.0f appends/s, %d concurrent)\n",
-				done.Load(), size, el.Round(time.Millisecond), float64(done.Load())/el.Seconds(), concurrency)
-			return nil
+					fmt.Fprintf(cmd.OutOrStdout(), "appended %d records (durable on every sequencing replica)\n", len(args))
+					return nil
+				}
+				if count <= 0 {
+					return fmt.Errorf("give records as arguments or --count N")
+				}
+				payload := make([]byte, size)
+				var next, done atomic.Int64
+				var wg sync.WaitGroup
+				errs := make(chan error, concurrency)
+				start := time.Now()
+				for range concurrency {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= int64(count) {
+							if err := c.Append(ctx, payload); err != nil {
+								errs <- err
+								return
+							}
+							done.Add(1)
+						}
+					}()
+				}
+				wg.Wait()
+				el := time.Since(start)
+				close(errs)
+				if err := <-errs; err != nil {
+					return fmt.Errorf("after %d appends: %w", done.Load(), err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "appended %d records of %d bytes in %v (%.0f appends/s, %d concurrent)\n",
+					done.Load(), size, el.Round(time.Millisecond), float64(done.Load())/el.Seconds(), concurrency)
+				return nil
+			})
 		},
 	}
 	appendCmd.Flags().IntVar(&count, "count", 0, "append this many generated records")
@@ -89,22 +95,17 @@ values the nodes got).`,
 		Use:   "read",
 		Short: "Read stable records from a position",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
-			defer cancel()
-			c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			sub := c.Subscribe(from)
-			for i := 0; i < n; i++ {
-				e, err := sub.Next(ctx)
-				if err != nil {
-					return err
+			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
+				sub := c.Subscribe(from)
+				for i := 0; i < n; i++ {
+					e, err := sub.Next(ctx)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%d\t%s\t%q\n", e.Pos, e.Record.ID, e.Record.Data)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%d\t%s\t%q\n", e.Pos, e.Record.ID, e.Record.Data)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	readCmd.Flags().Uint64Var(&from, "from", 1, "first position")
@@ -114,19 +115,14 @@ values the nodes got).`,
 		Use:   "tail",
 		Short: "Print the log's tail (every completed append is at or below it)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
-			defer cancel()
-			c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			t, err := c.CheckTail(ctx)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), t)
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
+				t, err := c.CheckTail(ctx)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), t)
+				return nil
+			})
 		},
 	}
 	var upTo uint64
@@ -134,19 +130,14 @@ values the nodes got).`,
 		Use:   "trim",
 		Short: "Discard every position up to and including --to (at most up to stable-gp)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
-			defer cancel()
-			c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			t, err := c.Trim(ctx, upTo)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "trimmed up to %d\n", t)
-			return nil
+			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
+				t, err := c.Trim(ctx, upTo)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "trimmed up to %d\n", t)
+				return nil
+			})
 		},
 	}
 	trimCmd.Flags().Uint64Var(&upTo, "to", 0, "last position to discard")

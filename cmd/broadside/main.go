@@ -27,6 +27,6 @@ Start with 'broadside demo'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCmd(), newLogdCmd(), newLogCmd())
+	root.AddCommand(newDemoCmd(), newLogdCmd(), newLogCmd(), newTokenCmd())
 	return root
 }

@@ -61,7 +61,7 @@ func BenchmarkMemoryApply(b *testing.B) {
 			pos++
 		}
 		_ = m.Apply(shard.Writes{Puts: batch})
-		if m.Len() > 1<<20 {
+		if m.Len() > 1<<16 {
 			_ = m.Apply(shard.Writes{TrimTo: pos})
 		}
 	}

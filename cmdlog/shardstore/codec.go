@@ -69,10 +69,16 @@ func decodeEntryKey(key []byte) (uint64, error) {
 // entryChecksum is the CRC32C of the position (big-endian) followed by the
 // body of the value. Covering the position means a value that ends up under
 // another key is detected too.
+//
+// It equals crc32.Checksum(bigEndian(pos) || body, castagnoli), but folds the
+// position in byte by byte with the table: passing a stack array to crc32
+// would move it to the heap (one allocation per entry read).
 func entryChecksum(pos uint64, body []byte) uint32 {
-	var p [8]byte
-	binary.BigEndian.PutUint64(p[:], pos)
-	return crc32.Update(crc32.Checksum(p[:], castagnoli), castagnoli, body)
+	crc := ^uint32(0)
+	for shift := 56; shift >= 0; shift -= 8 {
+		crc = castagnoli[byte(crc)^byte(pos>>shift)] ^ crc>>8
+	}
+	return crc32.Update(^crc, castagnoli, body)
 }
 
 // appendEntryValue appends the stored form of e to dst:

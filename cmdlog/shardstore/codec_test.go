@@ -112,6 +112,17 @@ func checkMeta(t *testing.T, value []byte) {
 	}
 }
 
+func TestEntryChecksum(t *testing.T) {
+	for _, pos := range []uint64{0, 1, 0x0102030405060708, math.MaxUint64} {
+		for _, body := range [][]byte{nil, []byte("x"), bytes.Repeat([]byte{0xA5}, 1000)} {
+			whole := binary.BigEndian.AppendUint64(nil, pos)
+			if got, want := entryChecksum(pos, body), crc32.Checksum(append(whole, body...), castagnoli); got != want {
+				t.Errorf("entryChecksum(%d, %d bytes) = %08x, want %08x", pos, len(body), got, want)
+			}
+		}
+	}
+}
+
 func TestEntryRoundTrip(t *testing.T) {
 	for _, s := range entrySeeds() {
 		e, err := decodeEntry(s.pos, s.value)

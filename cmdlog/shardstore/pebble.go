@@ -103,10 +103,10 @@ type Options struct {
 // Pebble is safe for concurrent use. Close waits for the calls in progress;
 // calls after it return ErrClosed.
 type Pebble struct {
-	db   *pebble.DB
-	sync *pebble.WriteOptions
-	dir  string
-	fs   vfs.FS // as passed in Options (nil: the OS)
+	db        *pebble.DB
+	writeOpts *pebble.WriteOptions // pebble.Sync or pebble.NoSync
+	dir       string
+	fs        vfs.FS // as passed in Options (nil: the OS)
 	// closeFS releases the file system wrapper Open made, if any.
 	closeFS func()
 
@@ -120,12 +120,12 @@ var _ shard.Storage = (*Pebble)(nil)
 
 // Open opens the store in dir, creating it if needed.
 func Open(dir string, opts Options) (*Pebble, error) {
-	var sync *pebble.WriteOptions
+	var writeOpts *pebble.WriteOptions
 	switch opts.Durability {
 	case SyncWrites:
-		sync = pebble.Sync
+		writeOpts = pebble.Sync
 	case NoSyncWrites:
-		sync = pebble.NoSync
+		writeOpts = pebble.NoSync
 	default:
 		return nil, fmt.Errorf("shardstore: open %s: unknown durability %v", dir, opts.Durability)
 	}
@@ -165,7 +165,7 @@ func Open(dir string, opts Options) (*Pebble, error) {
 		closeFS()
 		return nil, fmt.Errorf("shardstore: open %s: %w", dir, err)
 	}
-	p := &Pebble{db: db, sync: sync, dir: dir, fs: opts.FS, closeFS: closeFS}
+	p := &Pebble{db: db, writeOpts: writeOpts, dir: dir, fs: opts.FS, closeFS: closeFS}
 	p.idle.L = &p.mu
 	return p, nil
 }
@@ -341,7 +341,7 @@ func (p *Pebble) Apply(w shard.Writes) error {
 	if err := fillBatch(b, &w); err != nil {
 		return fmt.Errorf("shardstore: apply: %w", err)
 	}
-	if err := p.db.Apply(b, p.sync); err != nil {
+	if err := p.db.Apply(b, p.writeOpts); err != nil {
 		return fmt.Errorf("shardstore: apply: %w", err)
 	}
 	return nil

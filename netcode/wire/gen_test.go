@@ -17,7 +17,7 @@ import (
 // flatbuffers-compiler). Another version generates different code.
 const flatcVersion = "2.0.8"
 
-var schemas = []string{"cmdlog.fbs", "envelope.fbs", "command.fbs"}
+var schemas = []string{"cmdlog.fbs", "envelope.fbs", "command.fbs", "session.fbs"}
 
 // needFlatc returns the path of flatc, or skips the test when it is missing
 // or of another version. Under CI (CI set) it fails instead: `make test`
@@ -98,7 +98,7 @@ func goFiles(t *testing.T, dir string) map[string][]byte {
 // TestFileIdentifiers checks the identifier constants against the schemas.
 func TestFileIdentifiers(t *testing.T) {
 	re := regexp.MustCompile(`(?m)^file_identifier "(....)";`)
-	want := map[string]string{"cmdlog.fbs": FrameIdentifier, "envelope.fbs": EnvelopeIdentifier, "command.fbs": GameCommandIdentifier}
+	want := map[string]string{"cmdlog.fbs": FrameIdentifier, "envelope.fbs": EnvelopeIdentifier, "command.fbs": GameCommandIdentifier, "session.fbs": SessionIdentifier}
 	for _, s := range schemas {
 		b, err := os.ReadFile(s)
 		if err != nil {

@@ -8,13 +8,16 @@
 // generated accessor runs. The decoders here (DecodeEnvelope,
 // DecodeGameCommand) and in cmdlog/codec do so.
 //
-// Three schemas live here:
+// Four schemas live here:
 //   - cmdlog.fbs: Frame, the root of every cmdlog protocol message (file
 //     identifier "BSCL"); encoded and decoded by cmdlog/codec.
 //   - envelope.fbs: Envelope, one record the game server appends to the
 //     command log ("BSEV"); see EncodeEnvelope and DecodeEnvelope.
 //   - command.fbs: GameCommand, what a game client sends to the server
 //     ("BSGC"); see EncodeGameCommand and DecodeGameCommand.
+//   - session.fbs: SessionFrame, the rest of a player session (Hello,
+//     Welcome, command results, state updates, Goodbye; "BSSN"); see
+//     EncodeSession and DecodeSession.
 //
 // Package wire imports nothing else from the project.
 package wire
@@ -22,4 +25,4 @@ package wire
 // The generated code is committed. Regenerate with `go generate
 // ./netcode/wire` (needs flatc 2.0.8, Debian package flatbuffers-compiler);
 // TestGeneratedCodeFresh fails when the committed code is stale.
-//go:generate flatc --go -o . cmdlog.fbs envelope.fbs command.fbs
+//go:generate flatc --go -o . cmdlog.fbs envelope.fbs command.fbs session.fbs

@@ -1,0 +1,238 @@
+package wire
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/anoptic/broadside/netcode/wire/fb"
+	flatbuffers "github.com/google/flatbuffers/go"
+)
+
+// SessionIdentifier is the file identifier of session.fbs (root
+// SessionFrame). A player's stream carries SessionFrames and GameCommands;
+// Identifier tells them apart.
+const SessionIdentifier = "BSSN"
+
+// MaxSessionFrameSize is the largest SessionFrame DecodeSession accepts
+// (a state update that does not fit a datagram goes on the stream).
+const MaxSessionFrameSize = 1 << 20
+
+// MaxSessionString bounds tokens, names and reasons in session frames.
+const MaxSessionString = 1024
+
+var sessionIdent = []byte(SessionIdentifier)
+
+// Identifier returns the file identifier of a FlatBuffers buffer ("" if it
+// is too short to have one).
+func Identifier(b []byte) string {
+	if len(b) < 8 {
+		return ""
+	}
+	return string(b[4:8])
+}
+
+// SessionMessage is one of Hello, Welcome, CommandResult, StateUpdate, Goodbye.
+type SessionMessage interface{ sessionBody() fb.SessionBody }
+
+// Hello is a client's first frame.
+type Hello struct {
+	Token     string
+	Protocol  uint16
+	Spectator bool
+}
+
+// Welcome opens a session.
+type Welcome struct {
+	PlayerID       uint32
+	Player         string
+	Tick           uint64
+	TickRate       uint16
+	MaxCommandRate uint32
+}
+
+// AckStatus is the outcome of a command.
+type AckStatus uint8
+
+// Command outcomes; the values are part of the wire format.
+const (
+	AckDurable     = AckStatus(fb.AckStatusDurable)
+	AckInvalid     = AckStatus(fb.AckStatusInvalid)
+	AckRateLimited = AckStatus(fb.AckStatusRateLimited)
+)
+
+// CommandResult tells a client what became of its command Seq (schema
+// table CommandAck).
+type CommandResult struct {
+	Seq    uint64
+	Status AckStatus
+}
+
+// StateUpdate is the world state at Tick as a delta against BaseTick (0:
+// full), with the last command of the client applied by then.
+type StateUpdate struct {
+	Tick           uint64
+	BaseTick       uint64
+	LastAppliedSeq uint64
+	Payload        []byte
+}
+
+// Goodbye says why the server closes a session.
+type Goodbye struct {
+	Code   uint64
+	Reason string
+}
+
+func (Hello) sessionBody() fb.SessionBody         { return fb.SessionBodyHello }
+func (Welcome) sessionBody() fb.SessionBody       { return fb.SessionBodyWelcome }
+func (CommandResult) sessionBody() fb.SessionBody { return fb.SessionBodyCommandAck }
+func (StateUpdate) sessionBody() fb.SessionBody   { return fb.SessionBodyStateUpdate }
+func (Goodbye) sessionBody() fb.SessionBody       { return fb.SessionBodyGoodbye }
+
+// EncodeSession appends the encoding of m to dst.
+func EncodeSession(dst []byte, m SessionMessage) []byte {
+	b := getBuilder()
+	var body flatbuffers.UOffsetT
+	switch m := m.(type) {
+	case Hello:
+		tok := b.CreateString(m.Token)
+		fb.HelloStart(b)
+		fb.HelloAddToken(b, tok)
+		fb.HelloAddProtocol(b, m.Protocol)
+		fb.HelloAddSpectator(b, m.Spectator)
+		body = fb.HelloEnd(b)
+	case Welcome:
+		name := b.CreateString(m.Player)
+		fb.WelcomeStart(b)
+		fb.WelcomeAddTick(b, m.Tick)
+		fb.WelcomeAddPlayer(b, name)
+		fb.WelcomeAddPlayerId(b, m.PlayerID)
+		fb.WelcomeAddMaxCommandRate(b, m.MaxCommandRate)
+		fb.WelcomeAddTickRate(b, m.TickRate)
+		body = fb.WelcomeEnd(b)
+	case CommandResult:
+		fb.CommandAckStart(b)
+		fb.CommandAckAddSeq(b, m.Seq)
+		fb.CommandAckAddStatus(b, fb.AckStatus(m.Status))
+		body = fb.CommandAckEnd(b)
+	case StateUpdate:
+		var payload flatbuffers.UOffsetT
+		if len(m.Payload) > 0 {
+			payload = b.CreateByteVector(m.Payload)
+		}
+		fb.StateUpdateStart(b)
+		fb.StateUpdateAddTick(b, m.Tick)
+		fb.StateUpdateAddBaseTick(b, m.BaseTick)
+		fb.StateUpdateAddLastAppliedSeq(b, m.LastAppliedSeq)
+		fb.StateUpdateAddPayload(b, payload)
+		body = fb.StateUpdateEnd(b)
+	case Goodbye:
+		reason := b.CreateString(m.Reason)
+		fb.GoodbyeStart(b)
+		fb.GoodbyeAddCode(b, m.Code)
+		fb.GoodbyeAddReason(b, reason)
+		body = fb.GoodbyeEnd(b)
+	default:
+		panic(fmt.Sprintf("wire: EncodeSession: unsupported type %T", m))
+	}
+	fb.SessionFrameStart(b)
+	fb.SessionFrameAddBody(b, body)
+	fb.SessionFrameAddBodyType(b, m.sessionBody())
+	return finish(dst, b, fb.SessionFrameEnd(b), sessionIdent)
+}
+
+var sessionBodyNames = []string{"NONE", "Hello", "Welcome", "CommandAck", "StateUpdate", "Goodbye"}
+
+// VerifySession verifies buf as a SessionFrame (session.fbs) with a body
+// of a known type.
+func VerifySession(buf []byte) error {
+	v := NewVerifier(buf)
+	root, err := v.Root("SessionFrame", SessionIdentifier)
+	if err != nil {
+		return fmt.Errorf("wire: %w", err)
+	}
+	typ, t, err := root.Union(0, 1, sessionBodyNames)
+	if err != nil {
+		return fmt.Errorf("wire: %w", err)
+	}
+	switch fb.SessionBody(typ) {
+	case fb.SessionBodyNONE:
+		err = fmt.Errorf("SessionFrame: field 1: no body: %w", ErrMalformed)
+	case fb.SessionBodyHello:
+		err = firstError(stringField(t, 0), t.Field(1, 2, 2), t.Field(2, 1, 1))
+	case fb.SessionBodyWelcome:
+		err = firstError(t.Field(0, 4, 4), stringField(t, 1), t.Field(2, 8, 8), t.Field(3, 2, 2), t.Field(4, 4, 4))
+	case fb.SessionBodyCommandAck:
+		err = firstError(t.Field(0, 8, 8), t.Field(1, 1, 1))
+	case fb.SessionBodyStateUpdate:
+		err = firstError(t.Field(0, 8, 8), t.Field(1, 8, 8), t.Field(2, 8, 8), vector(t, 3, 1))
+	case fb.SessionBodyGoodbye:
+		err = firstError(t.Field(0, 8, 8), stringField(t, 1))
+	}
+	if err != nil {
+		return fmt.Errorf("wire: %w", err)
+	}
+	return nil
+}
+
+func stringField(t Table, id int) error {
+	s, err := t.String(id)
+	if err == nil && s.Len() > MaxSessionString {
+		err = t.errorf(id, "string of %d bytes exceeds %d", s.Len(), MaxSessionString)
+	}
+	return err
+}
+
+// DecodeSession verifies b and decodes it. Strings must be UTF-8; byte
+// slices are copies. Errors wrap ErrMalformed.
+func DecodeSession(b []byte) (SessionMessage, error) {
+	if len(b) > MaxSessionFrameSize {
+		return nil, fmt.Errorf("wire: SessionFrame: %d bytes exceeds %d: %w", len(b), MaxSessionFrameSize, ErrMalformed)
+	}
+	if err := VerifySession(b); err != nil {
+		return nil, err
+	}
+	var root fb.SessionFrame
+	root.Init(b, flatbuffers.GetUOffsetT(b))
+	var tab flatbuffers.Table
+	root.Body(&tab)
+	str := func(s []byte) (string, error) {
+		if !utf8.Valid(s) {
+			return "", fmt.Errorf("wire: SessionFrame: string is not UTF-8: %w", ErrMalformed)
+		}
+		return string(s), nil
+	}
+	switch root.BodyType() {
+	case fb.SessionBodyHello:
+		var x fb.Hello
+		x.Init(tab.Bytes, tab.Pos)
+		tok, err := str(x.Token())
+		return Hello{Token: tok, Protocol: x.Protocol(), Spectator: x.Spectator()}, err
+	case fb.SessionBodyWelcome:
+		var x fb.Welcome
+		x.Init(tab.Bytes, tab.Pos)
+		name, err := str(x.Player())
+		return Welcome{PlayerID: x.PlayerId(), Player: name, Tick: x.Tick(), TickRate: x.TickRate(), MaxCommandRate: x.MaxCommandRate()}, err
+	case fb.SessionBodyCommandAck:
+		var x fb.CommandAck
+		x.Init(tab.Bytes, tab.Pos)
+		st := AckStatus(x.Status())
+		if st > AckRateLimited {
+			return nil, fmt.Errorf("wire: CommandAck: unknown status %d: %w", st, ErrMalformed)
+		}
+		return CommandResult{Seq: x.Seq(), Status: st}, nil
+	case fb.SessionBodyStateUpdate:
+		var x fb.StateUpdate
+		x.Init(tab.Bytes, tab.Pos)
+		u := StateUpdate{Tick: x.Tick(), BaseTick: x.BaseTick(), LastAppliedSeq: x.LastAppliedSeq()}
+		if p := x.PayloadBytes(); len(p) > 0 {
+			u.Payload = append([]byte(nil), p...)
+		}
+		return u, nil
+	case fb.SessionBodyGoodbye:
+		var x fb.Goodbye
+		x.Init(tab.Bytes, tab.Pos)
+		reason, err := str(x.Reason())
+		return Goodbye{Code: x.Code(), Reason: reason}, err
+	}
+	return nil, fmt.Errorf("wire: SessionFrame: unknown body: %w", ErrMalformed)
+}

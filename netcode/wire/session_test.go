@@ -1,0 +1,81 @@
+package wire
+
+import (
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+)
+
+var sessionSamples = []SessionMessage{
+	Hello{Token: "v1.abc.def", Protocol: 1},
+	Hello{Token: "", Spectator: true},
+	Welcome{PlayerID: 7, Player: "ada", Tick: 99, TickRate: 30, MaxCommandRate: 60},
+	CommandResult{Seq: 12, Status: AckDurable},
+	CommandResult{Seq: 13, Status: AckRateLimited},
+	StateUpdate{Tick: 100, BaseTick: 98, LastAppliedSeq: 12, Payload: []byte{1, 2, 3}},
+	StateUpdate{Tick: 1},
+	Goodbye{Code: 0x103, Reason: "rate limited"},
+}
+
+func TestSessionRoundTrip(t *testing.T) {
+	for _, m := range sessionSamples {
+		b := EncodeSession(nil, m)
+		if Identifier(b) != SessionIdentifier {
+			t.Fatalf("%T: identifier %q", m, Identifier(b))
+		}
+		got, err := DecodeSession(b)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Fatalf("round trip %+v -> %+v", m, got)
+		}
+	}
+}
+
+func TestSessionRejectsOtherRoots(t *testing.T) {
+	gc := EncodeGameCommand(nil, GameCommand{Seq: 1, Kind: CommandFire, Side: 1})
+	if _, err := DecodeSession(gc); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("a GameCommand decoded as a session frame: %v", err)
+	}
+	if Identifier(gc) != GameCommandIdentifier {
+		t.Fatalf("identifier %q", Identifier(gc))
+	}
+}
+
+func TestSessionRandomFlipsNeverPanic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 20000; i++ {
+		m := sessionSamples[rng.IntN(len(sessionSamples))]
+		b := EncodeSession(nil, m)
+		for k := 0; k < 1+rng.IntN(3); k++ {
+			b[rng.IntN(len(b))] ^= byte(1 + rng.IntN(255))
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("panic on %x: %v", b, r)
+				}
+			}()
+			DecodeSession(b)
+		}()
+	}
+}
+
+func FuzzDecodeSession(f *testing.F) {
+	for _, m := range sessionSamples {
+		f.Add(EncodeSession(nil, m))
+	}
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeSession(b)
+		if err != nil {
+			return
+		}
+		again, err := DecodeSession(EncodeSession(nil, m))
+		if err != nil || !reflect.DeepEqual(again, m) {
+			t.Fatalf("re-encoding %+v: %v %+v", m, err, again)
+		}
+	})
+}

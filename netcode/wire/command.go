@@ -46,6 +46,9 @@ type GameCommand struct {
 	Value   int32  // kind-specific argument (throttle level, rudder angle, ...)
 	Side    int8   // kind-specific side (e.g. -1 port, +1 starboard for Fire)
 	AckTick uint64 // for CommandAck: the last tick the client holds
+	// Player is optional; when set it must be the sender's own id (the
+	// server never trusts it otherwise).
+	Player uint32
 }
 
 // EncodeGameCommand appends the encoding of c to dst and returns the
@@ -55,6 +58,7 @@ func EncodeGameCommand(dst []byte, c GameCommand) []byte {
 	fb.GameCommandStart(b)
 	fb.GameCommandAddSeq(b, c.Seq)
 	fb.GameCommandAddAckTick(b, c.AckTick)
+	fb.GameCommandAddPlayer(b, c.Player)
 	fb.GameCommandAddValue(b, c.Value)
 	fb.GameCommandAddKind(b, fb.CommandKind(c.Kind))
 	fb.GameCommandAddSide(b, c.Side)
@@ -77,6 +81,7 @@ func DecodeGameCommand(b []byte) (GameCommand, error) {
 		Value:   t.Value(),
 		Side:    t.Side(),
 		AckTick: t.AckTick(),
+		Player:  t.Player(),
 	}
 	if !c.Kind.Valid() {
 		return GameCommand{}, fmt.Errorf("wire: GameCommand: field 1: unknown kind %d: %w", c.Kind, ErrMalformed)

@@ -28,6 +28,7 @@ var gameCommandCases = []GameCommand{
 	{Seq: 3, Kind: CommandFire, Side: -1},
 	{Seq: 4, Kind: CommandJoin},
 	{Seq: 5, Kind: CommandAck, AckTick: 12345},
+	{Seq: 6, Kind: CommandFire, Side: 1, Player: 77},
 	{Seq: math.MaxUint64, Kind: CommandAck, Value: math.MinInt32, Side: math.MinInt8, AckTick: math.MaxUint64},
 }
 
@@ -113,6 +114,7 @@ func TestGameCommandProperty(t *testing.T) {
 			Value:   rapid.Int32().Draw(t, "value"),
 			Side:    rapid.Int8().Draw(t, "side"),
 			AckTick: rapid.Uint64().Draw(t, "ack"),
+			Player:  rapid.Uint32().Draw(t, "player"),
 		}
 		got, err := DecodeGameCommand(EncodeGameCommand(nil, c))
 		if err != nil {

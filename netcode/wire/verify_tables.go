@@ -73,6 +73,7 @@ func VerifyGameCommand(buf []byte) error {
 			t.Field(2, 4, 4), // value
 			t.Field(3, 1, 1), // side
 			t.Field(4, 8, 8), // ack_tick
+			t.Field(5, 4, 4), // player
 		)
 	}
 	if err != nil {

@@ -93,8 +93,20 @@ func (rcv *GameCommand) MutateAckTick(n uint64) bool {
 	return rcv._tab.MutateUint64Slot(12, n)
 }
 
+func (rcv *GameCommand) Player() uint32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(14))
+	if o != 0 {
+		return rcv._tab.GetUint32(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *GameCommand) MutatePlayer(n uint32) bool {
+	return rcv._tab.MutateUint32Slot(14, n)
+}
+
 func GameCommandStart(builder *flatbuffers.Builder) {
-	builder.StartObject(5)
+	builder.StartObject(6)
 }
 func GameCommandAddSeq(builder *flatbuffers.Builder, seq uint64) {
 	builder.PrependUint64Slot(0, seq, 0)
@@ -110,6 +122,9 @@ func GameCommandAddSide(builder *flatbuffers.Builder, side int8) {
 }
 func GameCommandAddAckTick(builder *flatbuffers.Builder, ackTick uint64) {
 	builder.PrependUint64Slot(4, ackTick, 0)
+}
+func GameCommandAddPlayer(builder *flatbuffers.Builder, player uint32) {
+	builder.PrependUint32Slot(5, player, 0)
 }
 func GameCommandEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -1,0 +1,285 @@
+package netcode
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/anoptic/broadside/netcode/wire"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ALPN is the application protocol of player connections.
+const ALPN = "broadside/1"
+
+// ProtocolVersion is the session protocol version a Hello must name.
+const ProtocolVersion = 1
+
+// MaxPlayerFrame is the frame size limit on player streams: commands are
+// tens of bytes, a Hello holds a token.
+const MaxPlayerFrame = 2048
+
+// Appender is where accepted commands go: the command log. Append returns
+// when the record is durable.
+type Appender interface {
+	Append(ctx context.Context, data []byte) error
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// ListenAddr is the UDP address for players (default 127.0.0.1:4433).
+	ListenAddr string
+	// TLS is the server's certificate (transport.DevCA for development).
+	TLS *tls.Config
+	// Secret verifies player tokens (HMAC-SHA256).
+	Secret []byte
+	// Log receives accepted commands, wrapped in envelopes.
+	Log Appender
+	// Limits bound each player's commands.
+	Limits IntakeLimits
+	// TickRate and Tick tell clients the world's clock in Welcome.
+	TickRate uint16
+	Tick     func() uint64
+	// MaxInflight caps a player's commands waiting for durability
+	// (default 64); beyond it the player's stream is not read.
+	MaxInflight int
+	// HandshakeTimeout bounds the wait for Hello (default 5s).
+	HandshakeTimeout time.Duration
+	// Now is the clock for token expiry and rate limits (default time.Now).
+	Now      func() time.Time
+	Logger   *slog.Logger
+	Registry prometheus.Registerer
+}
+
+// Server accepts player connections, authenticates them, and appends their
+// commands to the log, acknowledging each when durable. A misbehaving
+// player's connection is closed with an application error code; others are
+// unaffected.
+type Server struct {
+	cfg     ServerConfig
+	ep      *transport.Endpoint
+	log     *slog.Logger
+	metrics serverMetrics
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	players map[uint32]*session
+}
+
+type serverMetrics struct {
+	sessions prometheus.Gauge
+	closed   *prometheus.CounterVec
+	commands *prometheus.CounterVec
+	ackDelay prometheus.Histogram
+}
+
+type session struct {
+	conn   *transport.Conn
+	st     *transport.Stream
+	claims Claims
+}
+
+// NewServer opens the player endpoint.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.ListenAddr == "" {
+		cfg.ListenAddr = "127.0.0.1:4433"
+	}
+	if cfg.Log == nil || cfg.TLS == nil || len(cfg.Secret) < 16 {
+		return nil, errors.New("netcode: server needs Log, TLS and a Secret of at least 16 bytes")
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 64
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Tick == nil {
+		cfg.Tick = func() uint64 { return 0 }
+	}
+	if cfg.TickRate == 0 {
+		cfg.TickRate = 30
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	cfg.Limits.defaults()
+	ep, err := transport.NewEndpoint(transport.Config{
+		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.TLS, ALPN: []string{ALPN},
+		MaxFrameSize: MaxPlayerFrame, EnableDatagrams: true, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := ep.Listen(); err != nil {
+		ep.Close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger, players: map[uint32]*session{}}
+	s.metrics = serverMetrics{
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions", Help: "Open player sessions."}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions_closed_total",
+			Help: "Player connections closed, by application error code."}, []string{"code"}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "commands_total",
+			Help: "Player commands by outcome (durable, rate_limited, failed)."}, []string{"outcome"}),
+		ackDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "command_durable_seconds",
+			Help: "Command received to durable in the log.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
+	}
+	cfg.Registry.MustRegister(s.metrics.sessions, s.metrics.closed, s.metrics.commands, s.metrics.ackDelay)
+	return s, nil
+}
+
+// Addr returns the UDP address players connect to.
+func (s *Server) Addr() string { return s.ep.Addr().String() }
+
+// Serve accepts players until ctx ends, then closes every connection.
+func (s *Server) Serve(ctx context.Context) error {
+	defer s.wg.Wait()
+	defer s.ep.Close()
+	for {
+		conn, err := s.ep.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			err := s.serveConn(ctx, conn)
+			code := CodeOf(err)
+			if err == nil || errors.Is(err, context.Canceled) {
+				code = transport.CodeNormal
+			}
+			if code != transport.CodeNormal {
+				s.log.Warn("closing player connection", "remote", conn.RemoteAddr().String(), "code", code.String(), "err", err)
+			}
+			s.metrics.closed.WithLabelValues(code.String()).Inc()
+			conn.CloseWithCode(code, closeReason(err))
+		}()
+	}
+}
+
+func closeReason(err error) string {
+	if err == nil {
+		return ""
+	}
+	r := err.Error()
+	if len(r) > 200 {
+		r = r[:200]
+	}
+	return r
+}
+
+func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
+	hctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
+	st, err := conn.AcceptStream(hctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%w: no command stream: %v", ErrProtocol, err)
+	}
+	st.SetReadDeadline(s.cfg.Now().Add(s.cfg.HandshakeTimeout))
+	frame, err := st.ReadFrame(nil)
+	if err != nil {
+		return fmt.Errorf("%w: reading hello: %v", ErrProtocol, err)
+	}
+	st.SetReadDeadline(time.Time{})
+	m, err := wire.DecodeSession(frame)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	hello, ok := m.(wire.Hello)
+	if !ok || hello.Protocol != ProtocolVersion {
+		return fmt.Errorf("%w: first frame must be a Hello of protocol %d", ErrProtocol, ProtocolVersion)
+	}
+	claims, err := VerifyToken(s.cfg.Secret, hello.Token, s.cfg.Now())
+	if err != nil {
+		st.WriteFrame(wire.EncodeSession(nil, wire.Goodbye{Code: uint64(transport.CodeUnauthorized), Reason: err.Error()}))
+		st.Flush()
+		return err
+	}
+	sess := &session{conn: conn, st: st, claims: claims}
+	s.mu.Lock()
+	if old := s.players[claims.PlayerID]; old != nil {
+		// A player reconnecting replaces its older connection.
+		old.conn.CloseWithCode(transport.CodeNormal, "replaced by a newer connection")
+	}
+	s.players[claims.PlayerID] = sess
+	s.mu.Unlock()
+	s.metrics.sessions.Inc()
+	defer func() {
+		s.mu.Lock()
+		if s.players[claims.PlayerID] == sess {
+			delete(s.players, claims.PlayerID)
+		}
+		s.mu.Unlock()
+		s.metrics.sessions.Dec()
+	}()
+	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Welcome{PlayerID: claims.PlayerID, Player: claims.Player,
+		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate)})); err != nil {
+		return err
+	}
+	s.log.Info("player joined", "player", claims.Player, "id", claims.PlayerID, "remote", conn.RemoteAddr().String())
+	return s.intake(ctx, sess)
+}
+
+// intake reads the player's commands, appends accepted ones (several in
+// flight) and acknowledges each when durable.
+func (s *Server) intake(ctx context.Context, sess *session) error {
+	in := NewIntake(sess.claims.PlayerID, s.cfg.Limits)
+	slots := make(chan struct{}, s.cfg.MaxInflight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	buf := make([]byte, 0, MaxPlayerFrame)
+	for {
+		frame, err := sess.st.ReadFrame(buf[:0])
+		if err != nil {
+			if cctx.Err() != nil {
+				return cctx.Err()
+			}
+			if errors.Is(err, transport.ErrFrameTooLarge) {
+				return err
+			}
+			return nil // the player went away
+		}
+		v := in.Frame(frame, s.cfg.Now())
+		switch {
+		case v.Err != nil:
+			return v.Err
+		case !v.Accepted:
+			s.metrics.commands.WithLabelValues("rate_limited").Inc()
+			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: v.Refusal}))
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-cctx.Done():
+			return cctx.Err()
+		}
+		wg.Add(1)
+		received := time.Now()
+		go func(seq uint64, env []byte) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if err := s.cfg.Log.Append(cctx, env); err != nil {
+				s.metrics.commands.WithLabelValues("failed").Inc()
+				return
+			}
+			s.metrics.commands.WithLabelValues("durable").Inc()
+			s.metrics.ackDelay.Observe(time.Since(received).Seconds())
+			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: seq, Status: wire.AckDurable}))
+		}(v.Command.Seq, v.Append)
+	}
+}

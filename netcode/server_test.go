@@ -1,0 +1,263 @@
+package netcode
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/anoptic/broadside/netcode/wire"
+	"golang.org/x/time/rate"
+)
+
+// memLog is an Appender that keeps what it was given.
+type memLog struct {
+	mu   sync.Mutex
+	envs []wire.Envelope
+}
+
+func (l *memLog) Append(_ context.Context, data []byte) error {
+	e, err := wire.DecodeEnvelope(data)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.envs = append(l.envs, e)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *memLog) snapshot() []wire.Envelope {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]wire.Envelope(nil), l.envs...)
+}
+
+type testServer struct {
+	srv    *Server
+	log    *memLog
+	client *tls.Config
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startServer(t *testing.T, limits IntakeLimits) *testServer {
+	t.Helper()
+	ca, err := transport.NewDevCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stls, err := ca.ServerTLS("localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := &memLog{}
+	srv, err := NewServer(ServerConfig{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: testSecret, Log: ml, Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := &testServer{srv: srv, log: ml, client: ca.ClientTLS(), cancel: cancel, done: make(chan error, 1)}
+	go func() { ts.done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-ts.done
+	})
+	return ts
+}
+
+func (ts *testServer) token(t *testing.T, name string, id uint32, ttl time.Duration) string {
+	t.Helper()
+	tok, err := IssueToken(testSecret, Claims{Player: name, PlayerID: id, Expires: time.Now().Add(ttl)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func (ts *testServer) dial(t *testing.T, token string) (*Client, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return Dial(ctx, ClientConfig{Addr: ts.srv.Addr(), TLS: ts.client, Token: token})
+}
+
+// closedWith waits for the session to end and returns the code it closed with.
+func closedWith(t *testing.T, c *Client) transport.ErrorCode {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("connection not closed by the server")
+	}
+	code, _, ok := transport.ErrorCodeOf(c.Err())
+	if !ok {
+		t.Fatalf("session ended without an application code: %v", c.Err())
+	}
+	return code
+}
+
+func TestServerAcceptsAndStampsCommands(t *testing.T) {
+	ts := startServer(t, IntakeLimits{Rate: 1000, Burst: 100})
+	c, err := ts.dial(t, ts.token(t, "ada", 7, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if w := c.Welcome(); w.PlayerID != 7 || w.Player != "ada" {
+		t.Fatalf("welcome %+v", w)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := c.Send(wire.GameCommand{Kind: wire.CommandRudder, Value: int32(i), Player: 7}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[uint64]bool{}
+	for len(seen) < 20 {
+		select {
+		case r := <-c.Results():
+			if r.Status != wire.AckDurable {
+				t.Fatalf("command %d: %v", r.Seq, r.Status)
+			}
+			seen[r.Seq] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of 20 commands acknowledged", len(seen))
+		}
+	}
+	envs := ts.log.snapshot()
+	if len(envs) != 20 {
+		t.Fatalf("%d envelopes appended", len(envs))
+	}
+	for _, e := range envs {
+		cmd, err := wire.DecodeGameCommand(e.Payload)
+		if err != nil || e.Kind != wire.EnvelopePlayerCommand || e.Player != 7 || e.ClientSeq != cmd.Seq {
+			t.Fatalf("envelope %+v (%v)", e, err)
+		}
+	}
+}
+
+func TestServerRejectsBadInputPerConnection(t *testing.T) {
+	ts := startServer(t, IntakeLimits{Rate: 20, Burst: 5, FloodFactor: 2})
+	// A well-behaved player stays connected through everything below.
+	good, err := ts.dial(t, ts.token(t, "good", 1, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+
+	t.Run("wrong token", func(t *testing.T) {
+		tok, _ := IssueToken([]byte("some-other-secret-xx"), Claims{Player: "eve", PlayerID: 9, Expires: time.Now().Add(time.Hour)})
+		if _, err := ts.dial(t, tok); err == nil || !strings.Contains(err.Error(), "unauthorized") {
+			t.Fatalf("dial with a foreign token: %v", err)
+		}
+	})
+	t.Run("expired token", func(t *testing.T) {
+		if _, err := ts.dial(t, ts.token(t, "old", 10, -time.Minute)); err == nil || !strings.Contains(err.Error(), "expired") {
+			t.Fatalf("dial with an expired token: %v", err)
+		}
+	})
+	cases := []struct {
+		name string
+		send func(c *Client) error
+		want transport.ErrorCode
+	}{
+		{"malformed frame", func(c *Client) error { return c.SendRaw([]byte("this is not a flatbuffer at all")) }, transport.CodeProtocolError},
+		{"unknown message type", func(c *Client) error {
+			return c.SendRaw(wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeTick, Tick: 5}))
+		}, transport.CodeProtocolError},
+		{"oversized frame", func(c *Client) error { return c.SendRaw(make([]byte, MaxPlayerFrame+1)) }, transport.CodeFrameTooLarge},
+		{"command for another player", func(c *Client) error {
+			_, err := c.Send(wire.GameCommand{Kind: wire.CommandFire, Side: 1, Player: 424242})
+			return err
+		}, transport.CodeUnauthorized},
+		{"replayed sequence number", func(c *Client) error {
+			c.Send(wire.GameCommand{Seq: 5, Kind: wire.CommandFire})
+			_, err := c.Send(wire.GameCommand{Seq: 5, Kind: wire.CommandFire})
+			return err
+		}, transport.CodeProtocolError},
+		{"flood", func(c *Client) error {
+			for i := 0; i < 500; i++ {
+				if _, err := c.Send(wire.GameCommand{Kind: wire.CommandThrottle, Value: 1}); err != nil {
+					return nil // closed mid-flood
+				}
+			}
+			return nil
+		}, transport.CodeRateLimited},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ts.dial(t, ts.token(t, "bad", uint32(100+i), time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := tc.send(c); err != nil && !errors.Is(err, context.Canceled) {
+				t.Logf("send: %v", err)
+			}
+			if code := closedWith(t, c); code != tc.want {
+				t.Fatalf("closed with %s, want %s (%v)", code, tc.want, c.Err())
+			}
+		})
+	}
+	// The good player is still served.
+	seq, err := good.Send(wire.GameCommand{Kind: wire.CommandFire, Side: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-good.Results():
+		if r.Seq != seq || r.Status != wire.AckDurable {
+			t.Fatalf("good player's command: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("good player's command not acknowledged after the others misbehaved")
+	}
+}
+
+func TestIntakeRateLimitRefusesThenCuts(t *testing.T) {
+	in := NewIntake(3, IntakeLimits{Rate: rate.Limit(10), Burst: 2, FloodFactor: 2})
+	now := time.Unix(100, 0)
+	var accepted, refused int
+	for i := 1; i <= 60; i++ {
+		v := in.Frame(wire.EncodeGameCommand(nil, wire.GameCommand{Seq: uint64(i), Kind: wire.CommandRudder}), now)
+		switch {
+		case v.Err != nil:
+			if !errors.Is(v.Err, ErrFlood) {
+				t.Fatalf("command %d: %v", i, v.Err)
+			}
+			if accepted != 2 || refused != 20 {
+				t.Fatalf("cut after %d accepted and %d refused, want 2 and 20", accepted, refused)
+			}
+			return
+		case v.Accepted:
+			accepted++
+		default:
+			refused++
+		}
+	}
+	t.Fatal("a flood of 60 commands in one instant was never cut")
+}
+
+func FuzzIntake(f *testing.F) {
+	f.Add(wire.EncodeGameCommand(nil, wire.GameCommand{Seq: 1, Kind: wire.CommandFire, Side: 1}))
+	f.Add(wire.EncodeGameCommand(nil, wire.GameCommand{Seq: 2, Kind: wire.CommandAck, AckTick: 9, Player: 7}))
+	f.Add(wire.EncodeSession(nil, wire.Hello{Token: "x", Protocol: 1}))
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		in := NewIntake(7, IntakeLimits{})
+		v := in.Frame(frame, time.Unix(0, 0))
+		if v.Accepted {
+			e, err := wire.DecodeEnvelope(v.Append)
+			if err != nil || e.Player != 7 || e.Kind != wire.EnvelopePlayerCommand {
+				t.Fatalf("accepted frame gave envelope %+v (%v)", e, err)
+			}
+		}
+		if v.Err != nil && CodeOf(v.Err) == transport.CodeInternalError {
+			t.Fatalf("intake error without a proper code: %v", v.Err)
+		}
+	})
+}

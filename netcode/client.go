@@ -173,3 +173,10 @@ func (c *Client) readLoop() {
 		}
 	}
 }
+
+// Stats returns the bytes this session sent and received on the wire
+// (QUIC packets, headers and encryption included).
+func (c *Client) Stats() (sent, received uint64) {
+	s := c.conn.QUIC().ConnectionStats()
+	return s.BytesSent, s.BytesReceived
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -18,8 +17,6 @@ import (
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 )
 
@@ -37,16 +34,20 @@ type clusterFlags struct {
 	tick        time.Duration
 }
 
-func (f *clusterFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.peers, "peers", "", "every sequencing replica and shard as ID=HOST:PORT, comma separated (replicas 1.., shards 101..)")
-	fs.Uint64Var(&f.stripeUnit, "stripe-unit", 256, "consecutive positions per shard run (must match across the cluster)")
-	fs.StringVar(&f.coordURL, "coord", "", "view coordinator: nats://HOST:PORT (NATS JetStream KV)")
-	fs.StringVar(&f.clusterName, "cluster-name", "broadside", "cluster name (key of the view record)")
-	fs.StringVar(&f.tlsDir, "tls-dir", "", "development CA directory: created if missing, every node and client of the cluster must share it")
-	fs.StringVar(&f.caFile, "ca", "", "production: CA certificate file that signs every node's certificate")
-	fs.StringVar(&f.certFile, "cert", "", "production: this node's certificate file")
-	fs.StringVar(&f.keyFile, "key", "", "production: this node's private key file")
-	fs.DurationVar(&f.tick, "tick", 5*time.Millisecond, "protocol tick (heartbeats every 2 ticks, failure suspected after 20)")
+func (f *clusterFlags) register(fs *pflag.FlagSet) { f.registerPrefixed(fs, "") }
+
+// registerPrefixed registers the flags with a name prefix (for commands
+// that have flags of the same names for another purpose).
+func (f *clusterFlags) registerPrefixed(fs *pflag.FlagSet, prefix string) {
+	fs.StringVar(&f.peers, prefix+"peers", "", "every sequencing replica and shard as ID=HOST:PORT, comma separated (replicas 1.., shards 101..)")
+	fs.Uint64Var(&f.stripeUnit, prefix+"stripe-unit", 256, "consecutive positions per shard run (must match across the cluster)")
+	fs.StringVar(&f.coordURL, prefix+"coord", "", "view coordinator: nats://HOST:PORT (NATS JetStream KV)")
+	fs.StringVar(&f.clusterName, prefix+"cluster-name", "broadside", "cluster name (key of the view record)")
+	fs.StringVar(&f.tlsDir, prefix+"tls-dir", "", "development CA directory: created if missing, every node and client of the cluster must share it")
+	fs.StringVar(&f.caFile, prefix+"ca", "", "production: CA certificate file that signs every node's certificate")
+	fs.StringVar(&f.certFile, prefix+"cert", "", "production: this node's certificate file")
+	fs.StringVar(&f.keyFile, prefix+"key", "", "production: this node's private key file")
+	fs.DurationVar(&f.tick, prefix+"tick", 5*time.Millisecond, "protocol tick (heartbeats every 2 ticks, failure suspected after 20)")
 }
 
 // parsePeers parses "1=127.0.0.1:7001,101=127.0.0.1:7101".
@@ -160,28 +161,6 @@ func (f *clusterFlags) dialCluster(ctx context.Context, cc cmdlog.ClientConfig) 
 		return nil, nil, err
 	}
 	return rc, func() { rc.Close(); closeCoord() }, nil
-}
-
-// serveMetrics serves /metrics (and pprof) on addr until ctx ends.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) {
-	if addr == "" {
-		return
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}()
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-			log.Error("metrics server", "addr", addr, "err", err)
-		}
-	}()
-	log.Info("metrics", "url", "http://"+addr+"/metrics")
 }
 
 func quietLogger() *slog.Logger {

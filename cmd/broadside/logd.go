@@ -111,7 +111,7 @@ data under --data/nats) that the other nodes use as --coord.`,
 			defer closeCoord()
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			serveMetrics(ctx, metricsAddr, reg, log)
+			serveAdmin(ctx, metricsAddr, reg, log)
 
 			inbox := node.NewInbox()
 			m, err := mesh.New(mesh.Config{Self: self, ListenAddr: listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log})
@@ -175,7 +175,7 @@ data under --data/nats) that the other nodes use as --coord.`,
 	f.StringVar(&dataDir, "data", "", "data directory (write-ahead log or shard store)")
 	f.StringVar(&durability, "durability", "memory", "sequencing replicas: memory or fsync")
 	f.StringVar(&embeddedNATS, "embedded-nats", "", "start a nats-server in this process on HOST:PORT and use it as the coordinator")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /debug/pprof on this address")
 	f.IntVar(&suspect, "suspect-ticks", 20, "ticks of silence before a peer is considered failed")
 	cmd.MarkFlagRequired("role")
 	cmd.MarkFlagRequired("id")

@@ -27,6 +27,6 @@ Start with 'broadside demo'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCmd(), newLogdCmd(), newLogCmd(), newTokenCmd())
+	root.AddCommand(newDemoCmd(), newLogdCmd(), newLogCmd(), newTokenCmd(), newServeCmd(), newBotsCmd())
 	return root
 }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/anoptic/broadside/demo/bots"
+	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/spf13/cobra"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+func newBotsCmd() *cobra.Command {
+	var cfg bots.Config
+	var caFile, secretFile, jsonFile, pngFile string
+	cmd := &cobra.Command{
+		Use:   "bots",
+		Short: "Run N load bots against a game server and report latency and bandwidth",
+		Long: `Run N headless bots, each with its own QUIC connection and token, sending
+commands at --rate per second for --duration, and report command-to-durable
+acknowledgement latency (p50/p99/p99.9), bytes per second per client up and
+down, and errors by kind. Tokens are minted from the server's secret file
+(development setups).`,
+		Example: `  broadside bots --server 127.0.0.1:4433 --ca broadside-dev/tls/ca.pem --secret-file broadside-dev/server.secret --n 50 --rate 30 --duration 30s`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			tlsCfg, err := transport.ClientTLS(caFile)
+			if err != nil {
+				return err
+			}
+			cfg.TLS = tlsCfg
+			if cfg.Secret, err = loadOrCreateSecret(secretFile); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			cfg.Progress = func(s bots.Snapshot) {
+				fmt.Fprintf(os.Stderr, "\r%6s  %d bots  sent %d  durable %d  ack p50 %dus p99 %dus   ",
+					s.Elapsed, s.Connected, s.Sent, s.Durable, s.P50us, s.P99us)
+			}
+			rep, err := bots.Run(ctx, cfg)
+			fmt.Fprintln(os.Stderr)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "bots:        %d x %.0f commands/s for %.1fs (%s)\n", rep.Bots, rep.RatePerBot, rep.DurationSec, cfg.Behaviour)
+			fmt.Fprintf(out, "commands:    %d sent, %d durable, %d rate-limited\n", rep.Sent, rep.Durable, rep.RateLimited)
+			fmt.Fprintf(out, "ack latency: p50 %dus  p99 %dus  p99.9 %dus  max %dus (sent to durable in the log)\n", rep.AckP50us, rep.AckP99us, rep.AckP999us, rep.AckMaxus)
+			fmt.Fprintf(out, "bandwidth:   %.0f B/s up, %.0f B/s down per client\n", rep.UpBytesPerSec, rep.DownBytesPerSec)
+			if len(rep.Errors) == 0 {
+				fmt.Fprintf(out, "errors:      none\n")
+			}
+			for _, k := range rep.ErrorKinds() {
+				fmt.Fprintf(out, "errors:      %s: %d\n", k, rep.Errors[k])
+			}
+			if jsonFile != "" {
+				b, _ := json.MarshalIndent(rep, "", "  ")
+				if err := os.WriteFile(jsonFile, b, 0o644); err != nil {
+					return err
+				}
+			}
+			if pngFile != "" {
+				if err := plotTimeline(rep, pngFile); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Server, "server", "127.0.0.1:4433", "game server address")
+	f.StringVar(&caFile, "ca", "broadside-dev/tls/ca.pem", "CA certificate the server's certificate chains to")
+	f.StringVar(&secretFile, "secret-file", "broadside-dev/server.secret", "server secret (to mint bot tokens)")
+	f.IntVar(&cfg.N, "n", 10, "number of bots")
+	f.Float64Var(&cfg.Rate, "rate", 10, "commands per second per bot")
+	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run")
+	f.StringVar(&cfg.Behaviour, "behaviour", "random", "bot behaviour: random")
+	f.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
+	f.StringVar(&jsonFile, "json", "", "write the report as JSON")
+	f.StringVar(&pngFile, "png", "", "write ack latency (p50, p99) over time as a PNG chart")
+	return cmd
+}
+
+func plotTimeline(rep bots.Report, file string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%d bots x %.0f cmd/s: command to durable ack", rep.Bots, rep.RatePerBot)
+	p.X.Label.Text = "seconds"
+	p.Y.Label.Text = "latency (µs)"
+	p50, p99 := make(plotter.XYs, len(rep.Timeline)), make(plotter.XYs, len(rep.Timeline))
+	for i, s := range rep.Timeline {
+		p50[i] = plotter.XY{X: s.Elapsed.Seconds(), Y: float64(s.P50us)}
+		p99[i] = plotter.XY{X: s.Elapsed.Seconds(), Y: float64(s.P99us)}
+	}
+	l50, err := plotter.NewLine(p50)
+	if err != nil {
+		return err
+	}
+	l99, err := plotter.NewLine(p99)
+	if err != nil {
+		return err
+	}
+	l99.Color = color.RGBA{R: 200, A: 255}
+	p.Add(l50, l99)
+	p.Legend.Add("p50", l50)
+	p.Legend.Add("p99", l99)
+	return p.Save(8*vg.Inch, 4*vg.Inch, file)
+}

@@ -3,6 +3,8 @@ package broadside
 import (
 	"errors"
 	"fmt"
+
+	"github.com/anoptic/broadside/netcode/wire"
 )
 
 // Player command payloads (replay.Command.Payload when Player != 0). The
@@ -129,6 +131,9 @@ func DecodeCommand(b []byte) (PlayerCommand, error) {
 	if len(b) == 0 {
 		return PlayerCommand{}, fmt.Errorf("%w: empty", ErrInvalidCommand)
 	}
+	if wire.Identifier(b) == wire.GameCommandIdentifier {
+		return fromGameCommand(b)
+	}
 	if b[0]&0xf0 != commandVersion {
 		return PlayerCommand{}, fmt.Errorf("%w: version %#x", ErrInvalidCommand, b[0]>>4)
 	}
@@ -145,6 +150,42 @@ func DecodeCommand(b []byte) (PlayerCommand, error) {
 		c.Value = int8(b[1])
 	case KindFire:
 		c.Side = Side(b[1])
+	}
+	if err := c.validate(); err != nil {
+		return PlayerCommand{}, err
+	}
+	return c, nil
+}
+
+// fromGameCommand decodes a command as game clients send it to the server
+// (netcode/wire GameCommand, which the server appends unchanged inside the
+// record envelope) into the game's command. Values are clamped to the
+// game's ranges; a Fire side is negative for port, positive for starboard.
+func fromGameCommand(b []byte) (PlayerCommand, error) {
+	gc, err := wire.DecodeGameCommand(b)
+	if err != nil {
+		return PlayerCommand{}, fmt.Errorf("%w: %v", ErrInvalidCommand, err)
+	}
+	clamp := func(v int32) int8 { return int8(max(-100, min(100, v))) }
+	var c PlayerCommand
+	switch gc.Kind {
+	case wire.CommandJoin:
+		c = Join()
+	case wire.CommandThrottle:
+		c = Throttle(clamp(gc.Value))
+	case wire.CommandRudder:
+		c = Rudder(clamp(gc.Value))
+	case wire.CommandFire:
+		switch {
+		case gc.Side < 0:
+			c = Fire(Port)
+		case gc.Side > 0:
+			c = Fire(Starboard)
+		default:
+			return PlayerCommand{}, fmt.Errorf("%w: fire without a side", ErrInvalidCommand)
+		}
+	default:
+		return PlayerCommand{}, fmt.Errorf("%w: %s is not a game action", ErrInvalidCommand, gc.Kind)
 	}
 	if err := c.validate(); err != nil {
 		return PlayerCommand{}, err

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
 )
 
@@ -69,6 +70,13 @@ func FuzzDecodeCommand(f *testing.F) {
 			return
 		}
 		again, err := EncodeCommand(c)
+		if wire.Identifier(b) == wire.GameCommandIdentifier {
+			// A client's GameCommand maps onto the game's own encoding.
+			if c2, err2 := DecodeCommand(again); err != nil || err2 != nil || c2 != c {
+				t.Fatalf("% x decodes to %v, which does not survive re-encoding (%v, %v)", b, c, err, err2)
+			}
+			return
+		}
 		if err != nil || !bytes.Equal(again, b) {
 			t.Fatalf("% x decodes to %v which encodes to % x (%v)", b, c, again, err)
 		}
@@ -194,5 +202,27 @@ func TestBotCommand(t *testing.T) {
 	farSouth := ShipView{ID: ShipID(4), X: 1_000_000, Y: -1_000_000}
 	if c, _ := BotCommand([]ShipView{farSouth, {ID: ShipID(5), Sunk: true, X: own.X, Y: own.Y + 1}}, own, nil); c.Kind != KindRudder || c.Value >= 0 {
 		t.Fatalf("distant target to starboard: %v", c)
+	}
+}
+
+func TestDecodeWireGameCommand(t *testing.T) {
+	cases := []struct {
+		in   wire.GameCommand
+		want PlayerCommand
+		ok   bool
+	}{
+		{wire.GameCommand{Seq: 1, Kind: wire.CommandJoin}, Join(), true},
+		{wire.GameCommand{Seq: 2, Kind: wire.CommandThrottle, Value: 250}, Throttle(100), true},
+		{wire.GameCommand{Seq: 3, Kind: wire.CommandRudder, Value: -40}, Rudder(-40), true},
+		{wire.GameCommand{Seq: 4, Kind: wire.CommandFire, Side: -1}, Fire(Port), true},
+		{wire.GameCommand{Seq: 5, Kind: wire.CommandFire, Side: 1}, Fire(Starboard), true},
+		{wire.GameCommand{Seq: 6, Kind: wire.CommandFire}, PlayerCommand{}, false},
+		{wire.GameCommand{Seq: 7, Kind: wire.CommandAck, AckTick: 3}, PlayerCommand{}, false},
+	}
+	for _, tc := range cases {
+		got, err := DecodeCommand(wire.EncodeGameCommand(nil, tc.in))
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("%+v: got %+v, %v", tc.in, got, err)
+		}
 	}
 }

@@ -7,6 +7,7 @@
 package cmdlog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -136,19 +137,23 @@ func (c *Client) call(ctx context.Context, r request) (result, error) {
 	}
 }
 
-// Append appends data and returns when it is durable (acknowledged by every
+// Append appends a copy of data and returns when it is durable (acknowledged by every
 // sequencing replica of the view). If ctx ends first, the append may still
 // complete later: the client keeps retrying it with the same id, and the
 // log stores it at most once.
 func (c *Client) Append(ctx context.Context, data []byte) error {
-	_, err := c.call(ctx, request{kind: clientcore.CompleteAppend, data: data})
+	_, err := c.call(ctx, request{kind: clientcore.CompleteAppend, data: bytes.Clone(data)})
 	return err
 }
 
 // AppendWithID appends a record with a caller-chosen id. Appending the same
 // id again (after a crash, or from a second producer) stores it once.
+//
+// Ids of one client must be dense from 1 (1, 2, 3, ...; any order): the
+// replicas remember a high-water mark and a window of ids above it, and a
+// sparse id space would keep that window growing.
 func (c *Client) AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error {
-	_, err := c.call(ctx, request{kind: clientcore.CompleteAppend, data: data, id: id, withID: true})
+	_, err := c.call(ctx, request{kind: clientcore.CompleteAppend, data: bytes.Clone(data), id: id, withID: true})
 	return err
 }
 
@@ -330,7 +335,7 @@ func (s *Subscription) Next(ctx context.Context) (msg.Entry, error) {
 			return msg.Entry{}, err
 		}
 		if len(entries) == 0 || entries[0].Pos != s.next {
-			continue
+			return msg.Entry{}, fmt.Errorf("cmdlog: read at %d returned %d entries starting at the wrong position", s.next, len(entries))
 		}
 		s.buf = entries
 	}

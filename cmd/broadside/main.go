@@ -27,6 +27,9 @@ Start with 'broadside demo'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDemoCmd(), newLogdCmd(), newLogCmd(), newTokenCmd(), newServeCmd(), newBotsCmd())
+	registerBenchCmd(newBenchSimCmd)
+	registerBenchCmd(newBenchLineageCmd)
+	root.AddCommand(newDemoCmd(), newServeCmd(), newBotsCmd(), newTokenCmd(), newLogdCmd(), newLogCmd(),
+		newLineageCmd(), newBenchCmd())
 	return root
 }

@@ -1,0 +1,637 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/netcode/wire"
+	"github.com/anoptic/broadside/netcode/wire/fb"
+	"github.com/anoptic/broadside/replay/snapshot"
+	"github.com/anoptic/broadside/replay/table"
+	flatbuffers "github.com/google/flatbuffers/go"
+)
+
+// BroadcastShard is the Shard of a migration envelope addressed to every
+// shard of the world. Outputs carry no destination (Output has none), so a
+// Runner appends them with BroadcastShard and delivers every migration
+// envelope addressed to its shard or to BroadcastShard; the sim ignores
+// the ones that are not for it.
+const BroadcastShard = ^uint32(0)
+
+// DefaultMaxTickGap is the default largest jump between consecutive tick
+// markers a Runner accepts (one minute of ticks at the default rate).
+const DefaultMaxTickGap = 60 * DefaultTickRate
+
+// ErrKilled is returned by a Runner stopped with Kill (a simulated crash).
+var ErrKilled = errors.New("replay: runner killed")
+
+// ErrSimPanic is wrapped by the error of a Runner whose sim panicked.
+var ErrSimPanic = errors.New("replay: sim panicked")
+
+// Checkpoint is where a shard's execution stands between ticks: the last
+// tick stepped, the log position of its marker (the next entry to read is
+// the one after it) and the number of outputs produced so far. The zero
+// value is the start of a world.
+type Checkpoint struct {
+	Tick      uint64
+	Pos       uint64
+	OutputSeq uint64
+}
+
+// CheckpointOf returns the checkpoint a snapshot was taken at.
+func CheckpointOf(m snapshot.Meta) Checkpoint {
+	return Checkpoint{Tick: m.Tick, Pos: m.Pos, OutputSeq: m.OutputSeq}
+}
+
+// SnapshotKind says whether a tick ended with a capture.
+type SnapshotKind uint8
+
+// Snapshot kinds of TickInfo.
+const (
+	NoSnapshot SnapshotKind = iota
+	DeltaSnapshot
+	FullSnapshot
+)
+
+// TickInfo is what a Runner publishes after each tick.
+type TickInfo struct {
+	Shard uint32
+	Tick  uint64
+	// Pos is the log position of the TICK(Tick) marker.
+	Pos  uint64
+	Hash uint64
+	// Inputs and Outputs count the tick's commands and outputs.
+	Inputs, Outputs int
+	// Step is the duration of Sim.Step; Capture the tick loop's pause for
+	// a snapshot capture (0 if none), of kind Snapshot.
+	Step, Capture time.Duration
+	Snapshot      SnapshotKind
+	// Gap is true for a tick stepped with no input because the log's next
+	// marker skipped it.
+	Gap bool
+}
+
+// SnapshotConfig makes a Runner snapshot its sim (which must be a
+// TableSim).
+type SnapshotConfig struct {
+	// Store keeps the snapshots (required).
+	Store snapshot.Store
+	// Policy decides when to capture (zero value: defaults).
+	Policy snapshot.Policy
+	// Codec compresses (nil: one of the runner's own).
+	Codec *snapshot.Codec
+	// Tip is the snapshot the sim was restored from, whose chain the next
+	// delta extends; nil for a sim that starts from scratch (the first
+	// capture is then full).
+	Tip *snapshot.Meta
+	// Restore, if set, is the measured load of Tip (it calibrates the
+	// policy's restore cost).
+	Restore *snapshot.LoadStats
+	// Buffers, KeepChains and PruneEvery tune the writer (see
+	// snapshot.WriterConfig).
+	Buffers, KeepChains, PruneEvery int
+	// OnStored, if set, is called from the writer's goroutine for every
+	// snapshot stored or dropped.
+	OnStored func(snapshot.Stored)
+}
+
+// RunnerConfig configures a Runner.
+type RunnerConfig struct {
+	// World and Shard name the shard; the ids of its outputs derive from
+	// them (OutputClientID).
+	World, Shard uint32
+	// Sim is the shard's simulation, at Start (required).
+	Sim Sim
+	// Source delivers the log from Start.Pos+1 on (required); entries at
+	// or before Start.Pos are skipped.
+	Source Source
+	// Start is where Sim stands (zero: the start of the world).
+	Start Checkpoint
+	// Appender receives the sim's outputs; nil drops them (offline replay
+	// of a log that already holds them).
+	Appender Appender
+	// Recorder receives lineage (nil: lineage.Nop). If it is a
+	// lineage.TickRecorder (lineage.Log is), the runner brackets every Step
+	// with BeginTick and EndTick and reports the tick's inputs; if it also
+	// has a Flush(ctx) error method, the runner calls it when it captures
+	// a full snapshot, and when it captures a delta at least
+	// LineageFlushTicks after the previous flush, so that recovery from a
+	// snapshot finds the lineage of the ticks before it (up to that many
+	// ticks may be missing).
+	Recorder lineage.Recorder
+	// LineageFlushTicks bounds how often the recorder is flushed for
+	// delta snapshots (default 32; deltas can be taken every tick, and a
+	// flush rewrites the recorder's partial range).
+	LineageFlushTicks uint64
+	// CommandKind, if set, gives the lineage kind of a command (the game
+	// knows it; 0 otherwise).
+	CommandKind func(Command) uint8
+	// Observer, if set, is called on the runner's goroutine after every
+	// tick; it must return quickly.
+	Observer func(TickInfo)
+	// HistoryTicks is the length of the runner's hash history (default
+	// DefaultHistoryTicks).
+	HistoryTicks int
+	// Snapshots, if set, makes the runner snapshot its sim.
+	Snapshots *SnapshotConfig
+	// MaxTickGap is the largest jump between consecutive tick markers
+	// accepted (default DefaultMaxTickGap); a marker further ahead is
+	// ignored as malformed (every runner of the log ignores it alike).
+	MaxTickGap uint64
+	// Logger receives warnings (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// RunnerStats counts what a Runner consumed and produced.
+type RunnerStats struct {
+	// Entries is the number of log entries read; Commands and Migrations
+	// those delivered to the sim; Ignored the well-formed ones that were
+	// not (control records, migrations for other shards, stale tick
+	// markers); Malformed the ones skipped as undecodable or invalid.
+	Entries, Commands, Migrations, Ignored, Malformed uint64
+	// Ticks counts steps; GapTicks those stepped empty for a skipped
+	// marker.
+	Ticks, GapTicks uint64
+	// Outputs counts the sim's outputs; Appended those appended,
+	// AlreadyLogged those found in the log already (after a recovery),
+	// Dropped those that could not be appended; PendingOutputs is the
+	// queue's current length.
+	Outputs, Appended, AlreadyLogged, Dropped uint64
+	PendingOutputs                            int
+	// Captures counts snapshot captures; SkippedCaptures the captures due
+	// while the writer had no free buffer.
+	Captures, SkippedCaptures uint64
+}
+
+// Runner runs one simulation shard as a function of the log: it reads
+// entries in order from a Source, buffers each tick's commands and steps
+// the sim at every TICK marker, appends the sim's outputs with
+// deterministic ids without blocking the tick loop, publishes every tick's
+// hash and, if configured, snapshots the sim in the background. Live play,
+// recovery and offline replay are all a Runner, started from a different
+// checkpoint and run to a different end.
+type Runner struct {
+	cfg     RunnerConfig
+	sim     Sim
+	set     *table.Set
+	rec     lineage.Recorder
+	tickRec lineage.TickRecorder
+	flusher interface{ Flush(context.Context) error }
+	log     *slog.Logger
+	hist    *HashHistory
+	outs    *outputQueue
+	writer  *snapshot.Writer
+	sched   *snapshot.Scheduler
+
+	// Tick-loop state.
+	cp             Checkpoint
+	lineageFlushed uint64 // tick of the last recorder flush
+	pos            uint64 // last entry read
+	pending        []Command
+
+	running  atomic.Bool
+	killed   atomic.Bool
+	mu       sync.Mutex
+	cancel   context.CancelFunc
+	dead     error         // set when the runner stopped on an error; guarded by mu
+	progress atomic.Int64  // unix nanos of the last tick
+	atTick   atomic.Uint64 // last tick stepped
+	atPos    atomic.Uint64 // last position read
+
+	entries, commands, migrations, ignored, malformed atomic.Uint64
+	lineageErrs                                       atomic.Uint64
+	ticks, gapTicks, outputs, captures, skippedCaps   atomic.Uint64
+}
+
+// NewRunner returns a runner; Run or RunUntil runs it.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	if cfg.Sim == nil || cfg.Source == nil {
+		return nil, fmt.Errorf("replay: runner of shard %d: sim and source are required", cfg.Shard)
+	}
+	if err := checkShard(cfg.Shard); err != nil {
+		return nil, err
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = lineage.Nop
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxTickGap == 0 {
+		cfg.MaxTickGap = DefaultMaxTickGap
+	}
+	if cfg.LineageFlushTicks == 0 {
+		cfg.LineageFlushTicks = 32
+	}
+	r := &Runner{
+		cfg:  cfg,
+		sim:  cfg.Sim,
+		rec:  cfg.Recorder,
+		log:  cfg.Logger.With("shard", cfg.Shard),
+		hist: NewHashHistory(cfg.HistoryTicks),
+		cp:   cfg.Start,
+		pos:  cfg.Start.Pos,
+		outs: newOutputQueue(OutputClientID(cfg.World, cfg.Shard), cfg.Start.Tick),
+	}
+	r.tickRec, _ = cfg.Recorder.(lineage.TickRecorder)
+	r.flusher, _ = cfg.Recorder.(interface{ Flush(context.Context) error })
+	r.outs.seen.Store(cfg.Start.OutputSeq)
+	r.atTick.Store(cfg.Start.Tick)
+	r.atPos.Store(cfg.Start.Pos)
+	r.progress.Store(time.Now().UnixNano())
+	if sc := cfg.Snapshots; sc != nil {
+		ts, ok := cfg.Sim.(TableSim)
+		if !ok {
+			return nil, fmt.Errorf("replay: runner of shard %d: snapshots need a TableSim, have %T", cfg.Shard, cfg.Sim)
+		}
+		r.set = ts.Tables()
+		w, err := snapshot.NewWriter(snapshot.WriterConfig{
+			Store: sc.Store, Shard: cfg.Shard, Codec: sc.Codec, Buffers: sc.Buffers,
+			KeepChains: sc.KeepChains, PruneEvery: sc.PruneEvery, OnStored: sc.OnStored, Logger: r.log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("replay: runner of shard %d: %w", cfg.Shard, err)
+		}
+		r.writer, r.sched = w, snapshot.NewScheduler(sc.Policy)
+		if sc.Tip != nil {
+			if sc.Tip.Tick != cfg.Start.Tick || sc.Tip.Shard != cfg.Shard {
+				return nil, fmt.Errorf("replay: runner of shard %d at tick %d: snapshot tip is shard %d tick %d", cfg.Shard, cfg.Start.Tick, sc.Tip.Shard, sc.Tip.Tick)
+			}
+			w.Continue(*sc.Tip)
+			var baseRaw uint64
+			if sc.Restore != nil {
+				baseRaw = sc.Restore.BaseRawBytes
+				r.sched.ObserveRestore(sc.Restore.Restore+sc.Restore.Read, sc.Restore.RawBytes)
+			}
+			r.sched.Restored(*sc.Tip, baseRaw)
+		}
+	}
+	return r, nil
+}
+
+// Shard returns the runner's shard.
+func (r *Runner) Shard() uint32 { return r.cfg.Shard }
+
+// Sim returns the runner's sim. It must not be used while the runner runs.
+func (r *Runner) Sim() Sim { return r.sim }
+
+// Hashes returns the runner's hash history.
+func (r *Runner) Hashes() *HashHistory { return r.hist }
+
+// Tick returns the last tick stepped.
+func (r *Runner) Tick() uint64 { return r.atTick.Load() }
+
+// Position returns the position of the last log entry read.
+func (r *Runner) Position() uint64 { return r.atPos.Load() }
+
+// LastProgress returns when the runner last stepped (or was created).
+func (r *Runner) LastProgress() time.Time { return time.Unix(0, r.progress.Load()) }
+
+// Checkpoint returns where the runner stands. It must not be called while
+// the runner runs.
+func (r *Runner) Checkpoint() Checkpoint { return r.cp }
+
+// Stats returns the runner's counters.
+func (r *Runner) Stats() RunnerStats {
+	return RunnerStats{
+		Entries: r.entries.Load(), Commands: r.commands.Load(), Migrations: r.migrations.Load(),
+		Ignored: r.ignored.Load(), Malformed: r.malformed.Load(),
+		Ticks: r.ticks.Load(), GapTicks: r.gapTicks.Load(),
+		Outputs: r.outputs.Load(), Appended: r.outs.appended.Load(), AlreadyLogged: r.outs.skipped.Load(),
+		Dropped: r.outs.dropped.Load(), PendingOutputs: r.outs.pending(),
+		Captures: r.captures.Load(), SkippedCaptures: r.skippedCaps.Load(),
+	}
+}
+
+// Kill stops the runner as a crash would: at once, dropping queued outputs
+// and snapshots. Run then returns ErrKilled and the runner cannot run
+// again. It is the supervisor's test hook.
+func (r *Runner) Kill() {
+	r.killed.Store(true)
+	r.mu.Lock()
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.mu.Unlock()
+}
+
+// Run runs the runner until ctx ends (it returns ctx.Err()), the source
+// ends (nil, after the outputs and snapshots in flight are stored), Kill
+// (ErrKilled) or an error of the source or the sim.
+func (r *Runner) Run(ctx context.Context) error { return r.run(ctx, 0) }
+
+// RunUntil runs the runner until it has stepped tick (then it waits for the
+// outputs and snapshots in flight, and returns nil) or any end of Run. A
+// runner may be run again after RunUntil returns nil.
+func (r *Runner) RunUntil(ctx context.Context, tick uint64) error {
+	if tick == 0 {
+		return nil
+	}
+	return r.run(ctx, tick)
+}
+
+func (r *Runner) run(parent context.Context, until uint64) (err error) {
+	r.mu.Lock()
+	dead := r.dead
+	r.mu.Unlock()
+	if dead != nil {
+		return dead
+	}
+	if !r.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("replay: runner of shard %d is already running", r.cfg.Shard)
+	}
+	defer r.running.Store(false)
+	ctx, cancel := context.WithCancel(parent)
+	r.mu.Lock()
+	r.cancel = cancel
+	r.mu.Unlock()
+	defer cancel()
+	if r.killed.Load() {
+		return ErrKilled
+	}
+
+	var helpers sync.WaitGroup
+	if r.cfg.Appender != nil {
+		helpers.Add(1)
+		go func() {
+			defer helpers.Done()
+			_ = r.outs.run(ctx, r.cfg.Appender, r.log)
+		}()
+	}
+	if r.writer != nil {
+		helpers.Add(1)
+		go func() {
+			defer helpers.Done()
+			_ = r.writer.Run(ctx)
+		}()
+	}
+	clean := false
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: shard %d tick %d: %v\n%s", ErrSimPanic, r.cfg.Shard, r.cp.Tick+1, p, debug.Stack())
+			clean = false
+		}
+		if clean {
+			err = r.drain(ctx)
+		}
+		cancel()
+		helpers.Wait()
+		if r.killed.Load() {
+			err = ErrKilled
+		}
+		if err != nil {
+			// A runner that stopped on an error cannot run again: its sim
+			// may be broken (a panic), or its queued outputs and snapshots
+			// were dropped with the helpers.
+			r.mu.Lock()
+			r.dead = err
+			r.mu.Unlock()
+		}
+	}()
+
+	for until == 0 || r.cp.Tick < until {
+		if r.killed.Load() {
+			return ErrKilled
+		}
+		e, err := r.cfg.Source.Next(ctx)
+		if err != nil {
+			if errors.Is(err, ErrEndOfLog) {
+				clean = true
+				return nil
+			}
+			if r.killed.Load() {
+				return ErrKilled
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("replay: shard %d: read after %d: %w", r.cfg.Shard, r.pos, err)
+		}
+		r.consume(ctx, e)
+	}
+	clean = true
+	return nil
+}
+
+// drain waits until the outputs through the current tick are durable and
+// the submitted snapshots stored.
+func (r *Runner) drain(ctx context.Context) error {
+	if r.cfg.Appender != nil {
+		if err := r.outs.acked.wait(ctx, r.cp.Tick); err != nil {
+			return fmt.Errorf("replay: shard %d: waiting for outputs: %w", r.cfg.Shard, err)
+		}
+	}
+	if r.writer != nil {
+		if err := r.writer.Flush(ctx); err != nil {
+			return fmt.Errorf("replay: shard %d: waiting for snapshots: %w", r.cfg.Shard, err)
+		}
+	}
+	return nil
+}
+
+// consume handles one log entry.
+func (r *Runner) consume(ctx context.Context, e msg.Entry) {
+	if e.Pos <= r.pos {
+		return // delivered twice, or before the checkpoint
+	}
+	r.pos = e.Pos
+	r.atPos.Store(e.Pos)
+	r.entries.Add(1)
+	if e.Record.ID.Client == r.outs.client && e.Record.ID.Seq > r.outs.seen.Load() {
+		r.outs.seen.Store(e.Record.ID.Seq)
+	}
+	var env wire.Envelope
+	if err := decodeRecord(e.Record.Data, &env); err != nil {
+		r.malformed.Add(1)
+		return
+	}
+	switch env.Kind {
+	case wire.EnvelopeTick:
+		r.tickMarker(ctx, env.Tick, e.Pos)
+	case wire.EnvelopePlayerCommand:
+		if env.Player == 0 {
+			r.malformed.Add(1) // player 0 would pose as the engine
+			return
+		}
+		r.commands.Add(1)
+		r.pending = append(r.pending, Command{Pos: e.Pos, Player: env.Player, ClientSeq: env.ClientSeq, Payload: env.Payload})
+	case wire.EnvelopeMigration:
+		if env.Shard != r.cfg.Shard && env.Shard != BroadcastShard {
+			r.ignored.Add(1)
+			return
+		}
+		r.migrations.Add(1)
+		r.pending = append(r.pending, Command{Pos: e.Pos, ClientSeq: env.ClientSeq, Payload: env.Payload})
+	default:
+		r.ignored.Add(1)
+	}
+}
+
+// decodeRecord is wire.DecodeEnvelope without the copy of the payload,
+// which aliases b (log entries are never modified): it verifies b
+// (wire.VerifyEnvelope, so no accessor can panic) and reads the fields.
+func decodeRecord(b []byte, env *wire.Envelope) error {
+	if len(b) > wire.MaxEnvelopeSize {
+		return fmt.Errorf("replay: record of %d bytes: %w", len(b), wire.ErrMalformed)
+	}
+	if err := wire.VerifyEnvelope(b); err != nil {
+		return err
+	}
+	var t fb.Envelope
+	t.Init(b, flatbuffers.GetUOffsetT(b))
+	*env = wire.Envelope{
+		Kind:      wire.EnvelopeKind(t.Kind()),
+		Tick:      t.Tick(),
+		Player:    t.Player(),
+		ClientSeq: t.ClientSeq(),
+		Shard:     t.Shard(),
+		Payload:   t.PayloadBytes(),
+	}
+	if !env.Kind.Valid() {
+		return fmt.Errorf("replay: record kind %d: %w", env.Kind, wire.ErrMalformed)
+	}
+	if len(env.Payload) == 0 {
+		env.Payload = nil
+	}
+	return nil
+}
+
+// tickMarker steps the sim for TICK(n) at position pos.
+func (r *Runner) tickMarker(ctx context.Context, n, pos uint64) {
+	cur := r.cp.Tick
+	switch {
+	case n <= cur:
+		r.ignored.Add(1) // a stale marker: its tick is past
+		return
+	case n-cur > r.cfg.MaxTickGap:
+		r.malformed.Add(1)
+		return
+	}
+	for t := cur + 1; t < n; t++ {
+		// The log skipped these ticks: they pass with no input, and no
+		// snapshot is taken (a checkpoint must sit on a real marker).
+		r.gapTicks.Add(1)
+		r.step(ctx, t, nil, pos, true)
+	}
+	r.step(ctx, n, r.pending, pos, false)
+	clear(r.pending)
+	r.pending = r.pending[:0]
+}
+
+// step runs one tick and everything that follows it.
+func (r *Runner) step(ctx context.Context, tick uint64, cmds []Command, pos uint64, gap bool) {
+	if r.tickRec != nil {
+		r.lineageErr(r.tickRec.BeginTick(ctx, lineage.ShardID(r.cfg.Shard), tick), tick)
+		for i := range cmds {
+			c := &cmds[i]
+			var kind uint8
+			if r.cfg.CommandKind != nil {
+				kind = r.cfg.CommandKind(*c)
+			}
+			r.tickRec.Input(lineage.CommandInfo{Pos: c.Pos, Player: c.Player, Tick: tick, Kind: kind})
+		}
+	}
+	start := time.Now()
+	outs := r.sim.Step(tick, cmds, r.rec)
+	stepDur := time.Since(start)
+	if r.tickRec != nil {
+		r.lineageErr(r.tickRec.EndTick(ctx), tick)
+	}
+	hash := r.sim.Hash()
+	r.cp.Tick, r.cp.Pos = tick, pos
+	info := TickInfo{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, Inputs: len(cmds), Outputs: len(outs), Step: stepDur, Gap: gap}
+
+	for _, o := range outs {
+		if len(o.Payload) > wire.MaxEnvelopeSize-256 {
+			r.log.Error("output too large, dropped", "tick", tick, "bytes", len(o.Payload))
+			r.outs.dropped.Add(1)
+			continue
+		}
+		r.cp.OutputSeq++
+		r.outputs.Add(1)
+		if r.cfg.Appender == nil {
+			continue
+		}
+		data := wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeMigration, Tick: tick, Shard: BroadcastShard, ClientSeq: r.cp.OutputSeq, Payload: o.Payload})
+		r.outs.push(outItem{tick: tick, seq: r.cp.OutputSeq, data: data})
+	}
+	if r.cfg.Appender != nil {
+		r.outs.push(outItem{tick: tick})
+	} else {
+		r.outs.acked.raise(tick)
+	}
+
+	if r.writer != nil {
+		r.sched.ObserveStep(stepDur)
+		if !gap {
+			info.Capture, info.Snapshot = r.maybeCapture(tick, pos, hash)
+			if r.flusher != nil && (info.Snapshot == FullSnapshot ||
+				(info.Snapshot == DeltaSnapshot && tick >= r.lineageFlushed+r.cfg.LineageFlushTicks)) {
+				r.lineageErr(r.flusher.Flush(ctx), tick)
+				r.lineageFlushed = tick
+			}
+		}
+	}
+
+	r.ticks.Add(1)
+	r.atTick.Store(tick)
+	r.progress.Store(time.Now().UnixNano())
+	r.hist.Put(TickHash{Tick: tick, Pos: pos, Hash: hash})
+	if r.cfg.Observer != nil {
+		r.cfg.Observer(info)
+	}
+}
+
+// lineageErr logs a lineage recording error: lineage is an index of the
+// execution, not part of it, so the shard keeps running.
+func (r *Runner) lineageErr(err error, tick uint64) {
+	if err != nil && r.lineageErrs.Add(1) <= 10 {
+		r.log.Warn("lineage", "tick", tick, "err", err)
+	}
+}
+
+// maybeCapture captures a snapshot after tick if the policy says so and the
+// writer has a free buffer; it returns the pause.
+func (r *Runner) maybeCapture(tick, pos, hash uint64) (time.Duration, SnapshotKind) {
+	needFull := r.writer.NeedFull()
+	if needFull {
+		r.sched.Broken()
+	}
+	take, full := r.sched.Decide(tick, r.set.DirtyBytes(), needFull)
+	if !take {
+		return 0, NoSnapshot
+	}
+	buf := r.writer.Buffer()
+	if buf == nil {
+		r.skippedCaps.Add(1)
+		return 0, NoSnapshot
+	}
+	start := time.Now()
+	r.set.CaptureInto(buf, full)
+	pause := time.Since(start)
+	raw := 0
+	for _, tc := range buf.Tables {
+		raw += tc.EncodedLen()
+	}
+	r.sched.Taken(tick, full, raw)
+	r.captures.Add(1)
+	acked := r.outs.acked
+	r.writer.Submit(snapshot.Job{
+		Meta:    snapshot.Meta{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, OutputSeq: r.cp.OutputSeq, Full: full},
+		Capture: buf,
+		Ready:   func(ctx context.Context) error { return acked.wait(ctx, tick) },
+	})
+	kind := DeltaSnapshot
+	if full {
+		kind = FullSnapshot
+	}
+	return pause, kind
+}

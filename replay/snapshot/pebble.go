@@ -1,0 +1,239 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// PebbleOptions configure a PebbleStore.
+type PebbleOptions struct {
+	// FS is the file system; nil means the operating system's. Tests pass
+	// vfs.NewMem().
+	FS vfs.FS
+	// NoSync makes Put return before the write-ahead log is synced. The
+	// default (synced) is what log trimming needs: a trimmed log position
+	// must never be the only copy of a state a durable snapshot lacks.
+	NoSync bool
+	// Logger receives Pebble's messages (routine ones at debug level); nil
+	// means slog.Default().
+	Logger *slog.Logger
+}
+
+// PebbleStore is a Store on a Pebble database in one directory. Keys are a
+// one-byte kind ('m' metadata, 'd' snapshot), the big-endian shard and the
+// big-endian tick, so listing a shard is one bounded iteration over small
+// values and deleting old snapshots is one range deletion per kind. Values
+// carry their own CRC32C (see Codec).
+type PebbleStore struct {
+	db      *pebble.DB
+	wo      *pebble.WriteOptions
+	closeFS func()
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+var _ Store = (*PebbleStore)(nil)
+
+const (
+	prefixMeta = 'm'
+	prefixData = 'd'
+)
+
+// OpenPebble opens (creating if needed) a snapshot store in dir.
+func OpenPebble(dir string, opts PebbleOptions) (*PebbleStore, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("component", "snapshot-pebble", "dir", dir)
+	fs, closer := opts.FS, io.Closer(nil)
+	if fs == nil {
+		// Own the disk-health wrapper so a failed Open does not leak its
+		// goroutine (pebble v2.1.7 would, for one it made itself).
+		fs, closer = vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
+			logger.Warn("slow disk", "op", info.String())
+		})
+	}
+	closeFS := func() {
+		if closer != nil {
+			_ = closer.Close()
+		}
+	}
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: pebbleLogger{logger}})
+	if err != nil {
+		closeFS()
+		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
+	}
+	wo := pebble.Sync
+	if opts.NoSync {
+		wo = pebble.NoSync
+	}
+	return &PebbleStore{db: db, wo: wo, closeFS: closeFS}, nil
+}
+
+func key(prefix byte, shard uint32, tick uint64) []byte {
+	k := make([]byte, 0, 13)
+	k = append(k, prefix)
+	k = binary.BigEndian.AppendUint32(k, shard)
+	return binary.BigEndian.AppendUint64(k, tick)
+}
+
+// shardEnd is the first key after every key of shard with prefix.
+func shardEnd(prefix byte, shard uint32) []byte {
+	if shard == ^uint32(0) {
+		return []byte{prefix + 1}
+	}
+	return binary.BigEndian.AppendUint32([]byte{prefix}, shard+1)
+}
+
+func (s *PebbleStore) enter() error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// Put implements Store.
+func (s *PebbleStore) Put(ctx context.Context, meta Meta, snapshot []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(key(prefixMeta, meta.Shard, meta.Tick), EncodeMeta(meta), nil); err != nil {
+		return fmt.Errorf("snapshot: put shard %d tick %d: %w", meta.Shard, meta.Tick, err)
+	}
+	if err := b.Set(key(prefixData, meta.Shard, meta.Tick), snapshot, nil); err != nil {
+		return fmt.Errorf("snapshot: put shard %d tick %d: %w", meta.Shard, meta.Tick, err)
+	}
+	if err := b.Commit(s.wo); err != nil {
+		return fmt.Errorf("snapshot: put shard %d tick %d: %w", meta.Shard, meta.Tick, err)
+	}
+	return nil
+}
+
+// List implements Store.
+func (s *PebbleStore) List(ctx context.Context, shard uint32) ([]Meta, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: key(prefixMeta, shard, 0), UpperBound: shardEnd(prefixMeta, shard)})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: list shard %d: %w", shard, err)
+	}
+	var out []Meta
+	for it.First(); it.Valid(); it.Next() {
+		m, err := DecodeMeta(it.Value())
+		if err != nil || m.Shard != shard || m.Tick != binary.BigEndian.Uint64(it.Key()[5:]) {
+			continue // damaged metadata: the snapshot is unusable
+		}
+		out = append(out, m)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, fmt.Errorf("snapshot: list shard %d: %w", shard, err)
+	}
+	return out, nil
+}
+
+// Get implements Store.
+func (s *PebbleStore) Get(ctx context.Context, shard uint32, tick uint64) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	v, closer, err := s.db.Get(key(prefixData, shard, tick))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("shard %d tick %d: %w", shard, tick, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: get shard %d tick %d: %w", shard, tick, err)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// DeleteRange implements Store with one range deletion per key kind: call
+// it rarely, for large ranges.
+func (s *PebbleStore) DeleteRange(ctx context.Context, shard uint32, from, to uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if from >= to {
+		return nil
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.mu.RUnlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, p := range []byte{prefixMeta, prefixData} {
+		if err := b.DeleteRange(key(p, shard, from), key(p, shard, to), nil); err != nil {
+			return fmt.Errorf("snapshot: delete shard %d ticks [%d, %d): %w", shard, from, to, err)
+		}
+	}
+	if err := b.Commit(s.wo); err != nil {
+		return fmt.Errorf("snapshot: delete shard %d ticks [%d, %d): %w", shard, from, to, err)
+	}
+	return nil
+}
+
+// Close waits for calls in progress and closes the database.
+func (s *PebbleStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.db.Close()
+	s.closeFS()
+	if err != nil {
+		return fmt.Errorf("snapshot: close: %w", err)
+	}
+	return nil
+}
+
+// pebbleLogger adapts slog to pebble.Logger.
+type pebbleLogger struct{ l *slog.Logger }
+
+// Infof goes to debug level: Pebble reports routine events this way.
+func (p pebbleLogger) Infof(format string, args ...any) {
+	if p.l.Enabled(context.Background(), slog.LevelDebug) {
+		p.l.Debug(fmt.Sprintf(format, args...))
+	}
+}
+
+// Errorf logs at error level.
+func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error(fmt.Sprintf(format, args...)) }
+
+// Fatalf must not return (Pebble's contract): Pebble calls it when it can
+// no longer tell what is durable.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "fatal", true)
+	os.Exit(1)
+}

@@ -1,0 +1,99 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/anoptic/broadside/cmdlog/msg"
+)
+
+// ErrEndOfLog is returned by a Source that has no more entries and never
+// will (a recording's end). A Runner treats it as the end of a replay.
+var ErrEndOfLog = errors.New("replay: end of log")
+
+// Source delivers log entries in position order. *cmdlog.Subscription is
+// one (live play and recovery); SliceSource (a recording) and
+// MemLog.Subscribe are others.
+type Source interface {
+	// Next returns the next entry, waiting until there is one. It returns
+	// ErrEndOfLog at the end of a finite log.
+	Next(ctx context.Context) (msg.Entry, error)
+}
+
+// Appender appends records with caller-chosen ids, exactly once per id
+// (*cmdlog.Client and *MemLog are ones). The Runner appends its sim's
+// outputs through it and the Ticker its tick markers.
+type Appender interface {
+	AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error
+}
+
+// TickLog is what a Ticker needs of the log (*cmdlog.Client and *MemLog):
+// appending with ids, the tail and reads to find the last tick marker.
+type TickLog interface {
+	Appender
+	CheckTail(ctx context.Context) (uint64, error)
+	Read(ctx context.Context, from uint64, max int) ([]msg.Entry, error)
+}
+
+// SliceSource is a Source over a recorded slice of entries (in position
+// order), for offline replay and tests.
+type SliceSource struct {
+	entries []msg.Entry
+	next    int
+}
+
+// NewSliceSource returns a source delivering the entries with a position
+// of at least from.
+func NewSliceSource(entries []msg.Entry, from uint64) *SliceSource {
+	s := &SliceSource{entries: entries}
+	for s.next < len(entries) && entries[s.next].Pos < from {
+		s.next++
+	}
+	return s
+}
+
+// Next implements Source; it returns ErrEndOfLog after the last entry.
+func (s *SliceSource) Next(ctx context.Context) (msg.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return msg.Entry{}, err
+	}
+	if s.next >= len(s.entries) {
+		return msg.Entry{}, ErrEndOfLog
+	}
+	e := s.entries[s.next]
+	s.next++
+	return e, nil
+}
+
+// Engine-reserved deduplication client ids. cmdlog picks random client ids
+// with bit 62 set; these have it clear, so they never collide with one.
+const (
+	engineClientTag  = uint64(0xB5) << 56
+	tickerClientKind = uint64(1) << 48
+	outputClientKind = uint64(2) << 48
+	// MaxShards bounds a world's shard ids (they are 16 bits in output
+	// client ids).
+	MaxShards = 1 << 16
+)
+
+// TickerClientID is the deduplication client id of world's tick markers:
+// TICK(n) is appended with id {TickerClientID(world), n}, so any number of
+// tickers, restarted or racing, store each tick once.
+func TickerClientID(world uint32) uint64 {
+	return engineClientTag | tickerClientKind | uint64(world)
+}
+
+// OutputClientID is the deduplication client id of the outputs of shard in
+// world: output k (counted from 1 over the shard's life, deterministic
+// because the sim is) is appended with id {OutputClientID(world, shard), k}.
+func OutputClientID(world, shard uint32) uint64 {
+	return engineClientTag | outputClientKind | uint64(world)<<16 | uint64(shard&(MaxShards-1))
+}
+
+func checkShard(shard uint32) error {
+	if shard >= MaxShards {
+		return fmt.Errorf("replay: shard %d beyond %d", shard, MaxShards)
+	}
+	return nil
+}

@@ -297,8 +297,8 @@ func (c *Client) Tick() {
 	per := make(map[msg.NodeID][]msg.Record)
 	var order []msg.NodeID
 	for _, p := range c.appends {
-		if p.unsent || c.now-p.sentAt <= retry {
-			continue
+		if p.unsent || c.now-p.sentAt <= retry<<min(p.attempts-1, 4) {
+			continue // back off: replicas may just be slow, links are reliable
 		}
 		p.sentAt = c.now
 		p.attempts++

@@ -224,6 +224,7 @@ type batch struct {
 	gcSent    bool
 	gcAt      int64
 	lastSent  int64
+	resends   int // retransmissions so far: the interval doubles with each
 	stableSet bool
 }
 
@@ -422,10 +423,14 @@ func (r *Replica) tickLeader() {
 	}
 	// Retransmit unacknowledged batch traffic.
 	for _, b := range r.batches {
-		if r.now-b.lastSent < int64(r.cfg.RetryTicks) {
+		// Links are reliable streams: a retransmission covers a reset link
+		// or a slow peer, so back off exponentially instead of piling
+		// duplicate work on a shard that is busy writing.
+		if r.now-b.lastSent < int64(r.cfg.RetryTicks)<<min(b.resends, 5) {
 			continue
 		}
 		b.lastSent = r.now
+		b.resends++
 		if !b.stored {
 			r.sendStores(b, true)
 		} else if b.gcSent {
@@ -690,6 +695,7 @@ func (r *Replica) advance() {
 			b.gcAt = r.now
 			b.gcAcks = make(map[msg.NodeID]bool)
 			b.lastSent = r.now
+			b.resends = 0
 			if r.cfg.Durability == Fsync {
 				r.persist(PersistOp{Kind: PersistGC, GC: r.gcOf(b)})
 			}

@@ -45,6 +45,30 @@ type Shard struct {
 	ready      Ready
 	violations []string
 	err        error
+	// applied remembers the most recent (epoch, batch) Stores applied, in
+	// insertion order in appliedRing.
+	applied     map[[2]uint64]struct{}
+	appliedRing [][2]uint64
+	appliedNext int
+}
+
+// appliedMemory is how many recent Stores a shard remembers.
+const appliedMemory = 1024
+
+func (s *Shard) noteApplied(key [2]uint64) {
+	if s.err != nil {
+		return
+	}
+	if s.applied == nil {
+		s.applied = make(map[[2]uint64]struct{}, appliedMemory)
+		s.appliedRing = make([][2]uint64, appliedMemory)
+	}
+	if old := s.appliedRing[s.appliedNext]; old != ([2]uint64{}) {
+		delete(s.applied, old)
+	}
+	s.appliedRing[s.appliedNext] = key
+	s.appliedNext = (s.appliedNext + 1) % appliedMemory
+	s.applied[key] = struct{}{}
 }
 
 type parkedRead struct {
@@ -140,6 +164,15 @@ func (s *Shard) onStore(from msg.NodeID, m msg.Store) {
 		s.send(from, msg.StoreReject{Epoch: s.meta.Epoch, Batch: m.Batch})
 		return
 	}
+	// A retransmission of a batch this shard already applied (an epoch's
+	// writer numbers its batches uniquely) is acknowledged without
+	// writing it again.
+	key := [2]uint64{m.Epoch, m.Batch}
+	if _, done := s.applied[key]; done {
+		s.send(from, msg.StoreAck{Epoch: m.Epoch, Batch: m.Batch})
+		return
+	}
+	defer s.noteApplied(key)
 	var w Writes
 	for _, e := range m.Entries {
 		if !s.owns(e.Pos) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,6 +129,7 @@ minute on 2 cores; a full run (the default) takes several minutes.`,
 				if err != nil {
 					return fmt.Errorf("--rates: %w", err)
 				}
+				slices.Sort(r) // the ramp stops at the first unsustained rate
 				opts.Rates = opts.Rates[:0]
 				for _, v := range r {
 					opts.Rates = append(opts.Rates, float64(v))
@@ -184,7 +186,7 @@ minute on 2 cores; a full run (the default) takes several minutes.`,
 	f.StringVar(&pngPath, "png", "", "write latency-vs-throughput curves as a PNG to `FILE`")
 	f.StringVar(&sizes, "sizes", "100,4096", "record sizes in bytes, comma-separated (--quick: 100)")
 	f.DurationVar(&duration, "duration", 3*time.Second, "how long each open-loop rate is offered (--quick: 500ms)")
-	f.StringVar(&rates, "rates", "", "open-loop target rates in appends/s, comma-separated, ascending\n(default 2000,...,400000; --quick: 5000,10000,20000,50000,100000,200000,300000)")
+	f.StringVar(&rates, "rates", "", "open-loop target rates in appends/s, comma-separated\n(default 2000,...,400000; --quick: 5000,10000,20000,50000,100000,200000,300000)")
 	f.StringVar(&contenders, "contenders", "", "run only these contenders, comma-separated (default: all: "+strings.Join(logbench.ContenderNames(), ",")+")")
 	f.DurationVar(&p99Bound, "p99-bound", 50*time.Millisecond, "p99 latency a sustained rate must stay under")
 	f.StringVar(&profileDir, "profile-dir", "", "write a CPU profile per contender to `DIR`/<name>.pprof (go tool pprof)")

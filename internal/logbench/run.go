@@ -16,8 +16,8 @@
 //     time (no coordinated omission). A rate is sustained when the achieved
 //     rate is at least 95% of the target, p99 is under a bound, nothing
 //     failed, and the contender's background work (cmdlog's ordering) caught
-//     up within 5% of the step's duration after it. The report gives the
-//     highest sustained rate.
+//     up within 5% of the step's duration (plus 50 ms) after it. The report
+//     gives the achieved rate of the highest sustained step.
 //
 // Everything runs in this process on 127.0.0.1, every node with its own QUIC
 // endpoint; the load generator shares the machine's cores with the systems
@@ -329,9 +329,10 @@ func runSize(ctx context.Context, name string, sys System, size int, opts Option
 	}
 
 	prog.Activity(label + ": warm-up")
-	if w := closedLoop(ctx, sys, payload, 8, opts.Warmup, opts.ClosedLoopMaxTime, opts.OpTimeout); w.Errors > 0 {
-		res.Err = fmt.Errorf("warm-up: %d of %d appends failed", w.Errors, w.Errors+w.Ops)
-		return res, res.Err
+	if w := closedLoop(ctx, sys, payload, 8, opts.Warmup, opts.ClosedLoopMaxTime, opts.OpTimeout); w.Errors > 0 || w.Ops == 0 {
+		// Not fatal: the measured phases will show whether it lasts.
+		opts.Logger.Warn("logbench: warm-up appends failed", "contender", name, "bytes", size,
+			"failed", w.Errors, "ok", w.Ops)
 	}
 	if _, err := settle(); err != nil {
 		res.Err = fmt.Errorf("settle after warm-up: %w", err)

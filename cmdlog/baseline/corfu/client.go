@@ -147,7 +147,7 @@ func (c *Client) Append(ctx context.Context, data []byte) (uint64, error) {
 	}
 	c.queue = append(c.queue, p)
 	c.mu.Unlock()
-	c.dispatch()
+	c.dispatch(false)
 	select {
 	case r := <-p.done:
 		return r.pos, r.err
@@ -158,8 +158,9 @@ func (c *Client) Append(ctx context.Context, data []byte) (uint64, error) {
 
 // dispatch starts batches from the queue while the in-flight cap allows.
 // One goroutine dispatches at a time; the others only queue, and their
-// appends leave in the dispatcher's next batch.
-func (c *Client) dispatch() {
+// appends leave in the dispatcher's next batch. async is set on reader
+// goroutines (reply callbacks), which must not block on the network.
+func (c *Client) dispatch(async bool) {
 	c.mu.Lock()
 	if c.dispatching {
 		c.mu.Unlock()
@@ -175,7 +176,7 @@ func (c *Client) dispatch() {
 		c.queue = c.queue[:rest]
 		c.inflight++
 		c.mu.Unlock()
-		b.start()
+		b.start(async)
 		c.mu.Lock()
 	}
 	c.dispatching = false
@@ -183,10 +184,16 @@ func (c *Client) dispatch() {
 }
 
 // start asks the sequencer for positions; the chain write follows from the
-// reply callbacks, on the connections' reader goroutines.
-func (b *batch) start() {
+// reply callbacks, on the connections' reader goroutines, which issue their
+// requests with SendAsync: a reader blocked on another stream's flow
+// control could otherwise close a cycle of streams waiting on each other.
+func (b *batch) start(async bool) {
 	req := appendTokenRequest(make([]byte, 0, 8), len(b.appends))
-	if err := b.c.seq.Send(req, b.onToken); err != nil {
+	send := b.c.seq.Send
+	if async {
+		send = b.c.seq.SendAsync
+	}
+	if err := send(req, b.onToken); err != nil {
 		b.finish(err)
 	}
 }
@@ -211,7 +218,7 @@ func (b *batch) onToken(body []byte, err error) {
 
 // write sends the batch to replica i of the chain.
 func (b *batch) write(i int) {
-	err := b.c.chain[i].Send(b.req, func(body []byte, err error) {
+	err := b.c.chain[i].SendAsync(b.req, func(body []byte, err error) {
 		if err == nil {
 			if len(body) != 1 {
 				err = fmt.Errorf("%w: write reply of %d bytes", errMalformed, len(body))
@@ -244,7 +251,7 @@ func (b *batch) finish(err error) {
 	b.c.mu.Lock()
 	b.c.inflight--
 	b.c.mu.Unlock()
-	b.c.dispatch()
+	b.c.dispatch(true)
 }
 
 // Read returns the record at pos from the tail of the chain, the replica

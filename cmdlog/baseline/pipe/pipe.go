@@ -33,22 +33,42 @@ var ErrClosed = errors.New("pipe: closed")
 type ReplyFunc func(body []byte, err error)
 
 // Client issues calls on one stream.
+//
+// Requests are written in batches. A caller of Send finding no write in
+// progress writes the queued frames itself, once, so an idle client adds no
+// hand-off; requests queued while a write is in progress are written by the
+// client's writer goroutine, so no caller is kept writing other callers'
+// frames for long (a caller that simply looped until the queue was empty
+// would, under load, keep one unlucky request waiting for seconds).
+// SendAsync always leaves the writing to the writer goroutine: reply
+// callbacks, which run on a reader goroutine, use it to issue follow-up
+// requests without ever blocking on flow control.
 type Client struct {
 	st *transport.Stream
 
 	mu      sync.Mutex
 	nextID  uint64
 	waiting map[uint64]ReplyFunc
-	err     error // set once the stream failed or Close was called
+	err     error         // set once the stream failed or Close was called
+	failed  chan struct{} // closed with err
 
-	bufs sync.Pool // *[]byte request frames
-	done chan struct{}
+	wmu     sync.Mutex
+	queue   []*[]byte // request frames not yet written
+	spare   []*[]byte // the other queue buffer, used by whoever writes
+	writing bool      // a goroutine owns writing (inline caller or writer)
+	wake    chan struct{}
+
+	bufs       sync.Pool // *[]byte request frames
+	readDone   chan struct{}
+	writerDone chan struct{}
 }
 
 // NewClient starts a client on st (the client owns it from now on).
 func NewClient(st *transport.Stream) *Client {
-	c := &Client{st: st, waiting: make(map[uint64]ReplyFunc), done: make(chan struct{})}
+	c := &Client{st: st, waiting: make(map[uint64]ReplyFunc), failed: make(chan struct{}),
+		wake: make(chan struct{}, 1), readDone: make(chan struct{}), writerDone: make(chan struct{})}
 	go c.readLoop()
+	go c.writeLoop()
 	return c
 }
 
@@ -68,8 +88,15 @@ func Dial(ctx context.Context, ep *transport.Endpoint, addr string) (*Client, er
 
 // Send issues a request with body and arranges for reply to be called once
 // with the reply or an error. body may be reused when Send returns. If Send
-// returns an error, reply is never called.
-func (c *Client) Send(body []byte, reply ReplyFunc) error {
+// returns an error, reply is never called. Send may write to the stream
+// (once) on the caller's goroutine; see SendAsync.
+func (c *Client) Send(body []byte, reply ReplyFunc) error { return c.send(body, reply, true) }
+
+// SendAsync is Send without writing on the caller's goroutine: it never
+// blocks on the network.
+func (c *Client) SendAsync(body []byte, reply ReplyFunc) error { return c.send(body, reply, false) }
+
+func (c *Client) send(body []byte, reply ReplyFunc, inline bool) error {
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -85,22 +112,97 @@ func (c *Client) Send(body []byte, reply ReplyFunc) error {
 	if bp == nil {
 		bp = new([]byte)
 	}
-	frame := binary.BigEndian.AppendUint64((*bp)[:0], id)
-	frame = append(frame, body...)
-	err := c.st.WriteFrame(frame) // copies the frame
-	*bp = frame
-	c.bufs.Put(bp)
-	if err != nil {
-		c.mu.Lock()
-		_, still := c.waiting[id]
-		delete(c.waiting, id)
-		c.mu.Unlock()
-		if !still { // the reader already failed it and called reply
-			return nil
-		}
-		return fmt.Errorf("pipe: send: %w", err)
+	*bp = binary.BigEndian.AppendUint64((*bp)[:0], id)
+	*bp = append(*bp, body...)
+
+	c.wmu.Lock()
+	c.queue = append(c.queue, bp)
+	if c.writing {
+		c.wmu.Unlock()
+		return nil
 	}
+	c.writing = true
+	if !inline {
+		c.wmu.Unlock()
+		c.kick()
+		return nil
+	}
+	batch := c.takeLocked()
+	c.wmu.Unlock()
+	c.write(batch)
+	c.wmu.Lock()
+	if len(c.queue) > 0 {
+		c.wmu.Unlock()
+		c.kick() // the writer goroutine carries on; writing stays true
+		return nil
+	}
+	c.writing = false
+	c.wmu.Unlock()
 	return nil
+}
+
+// takeLocked swaps the queue for the spare buffer and returns what was
+// queued. Called with wmu held by the goroutine that owns writing.
+func (c *Client) takeLocked() []*[]byte {
+	batch := c.queue
+	c.queue = c.spare[:0]
+	c.spare = nil
+	return batch
+}
+
+func (c *Client) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// write hands a batch of frames to the stream in one flush. A failed write
+// fails the client (and so every waiting call).
+func (c *Client) write(batch []*[]byte) {
+	var err error
+	for i, bp := range batch {
+		if err == nil {
+			err = c.st.BufferFrame(*bp) // copies the frame
+		}
+		c.bufs.Put(bp)
+		batch[i] = nil
+	}
+	if err == nil {
+		err = c.st.Flush()
+	}
+	c.wmu.Lock()
+	if c.spare == nil {
+		c.spare = batch[:0]
+	}
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(fmt.Errorf("pipe: send: %w", err))
+	}
+}
+
+// writeLoop writes what callers queued while another write was in
+// progress, and what SendAsync queued.
+func (c *Client) writeLoop() {
+	defer close(c.writerDone)
+	for {
+		select {
+		case <-c.wake:
+		case <-c.failed:
+			return
+		}
+		for {
+			c.wmu.Lock()
+			if len(c.queue) == 0 {
+				c.writing = false
+				c.wmu.Unlock()
+				break
+			}
+			batch := c.takeLocked()
+			c.wmu.Unlock()
+			c.write(batch)
+		}
+	}
 }
 
 // Call issues a request and waits for its reply, which it returns in a newly
@@ -124,12 +226,13 @@ func (c *Client) Call(ctx context.Context, body []byte) ([]byte, error) {
 	}
 }
 
-// Close aborts the stream's connection; calls still waiting fail with
-// ErrClosed. It waits for the reader goroutine to end.
+// Close closes the stream's connection; calls still waiting fail with
+// ErrClosed. It waits for the client's goroutines to end.
 func (c *Client) Close() error {
 	c.fail(ErrClosed)
 	_ = c.st.Conn().Close()
-	<-c.done
+	<-c.readDone
+	<-c.writerDone
 	return nil
 }
 
@@ -140,6 +243,7 @@ func (c *Client) fail(err error) {
 		return
 	}
 	c.err = err
+	close(c.failed)
 	waiting := c.waiting
 	c.waiting = make(map[uint64]ReplyFunc)
 	c.mu.Unlock()
@@ -149,7 +253,7 @@ func (c *Client) fail(err error) {
 }
 
 func (c *Client) readLoop() {
-	defer close(c.done)
+	defer close(c.readDone)
 	buf := make([]byte, 0, 64<<10)
 	for {
 		frame, err := c.st.ReadFrame(buf[:0])

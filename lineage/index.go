@@ -31,11 +31,13 @@ type Index struct {
 	horizon uint64
 	ranges  []RangeInfo
 
-	ents    []EntityID // sorted: entities and derivation sources
-	cmdOffs []uint32   // ents[i]'s commands are cmdEvs[cmdOffs[i]:cmdOffs[i+1]]
-	cmdEvs  []ixEvent  // arg: command position
-	drvOffs []uint32   // ents[i]'s derivations are drvEvs[drvOffs[i]:drvOffs[i+1]]
-	drvEvs  []ixEvent  // arg: the source's dense index
+	ents []EntityID // sorted: entities and derivation sources
+	// ents[i]'s commands are cmdEvs[offs[i].cmd:offs[i+1].cmd] and its
+	// derivations drvEvs[offs[i].drv:offs[i+1].drv] (interleaved, so a
+	// walk reaching an entity touches one cache line for both).
+	offs   []entOffs
+	cmdEvs []ixEvent // arg: command position
+	drvEvs []ixEvent // arg: the source's dense index
 
 	// Per-query scratch (sized to the entities), kept for reuse: a
 	// sync.Pool would drop it at every GC and make queries re-allocate.
@@ -90,6 +92,14 @@ func (ix *Index) tickOf(when uint64) uint64 { return ix.base + when>>32 }
 func (ix *Index) shardOf(when uint64) ShardID {
 	return ix.shards[(when>>(whenSeqBits+1))&(maxIndexShrd-1)]
 }
+
+// entOffs are an entity's first command and first derivation in an
+// Index.
+type entOffs struct{ cmd, drv uint32 }
+
+// cmdsOf returns entity ent's commands and drvsOf its derivations.
+func (ix *Index) cmdsOf(ent uint32) []ixEvent { return ix.cmdEvs[ix.offs[ent].cmd:ix.offs[ent+1].cmd] }
+func (ix *Index) drvsOf(ent uint32) []ixEvent { return ix.drvEvs[ix.offs[ent].drv:ix.offs[ent+1].drv] }
 
 type ixCommand struct {
 	pos    uint64
@@ -282,13 +292,17 @@ func BuildIndex(ranges []*Range, names map[uint8]string, horizon uint64) (*Index
 		drvCounts[i] += drvCounts[i-1]
 		outCounts[i] += outCounts[i-1]
 	}
-	ix.cmdOffs, ix.drvOffs, ix.outOffs = cmdCounts, drvCounts, outCounts
+	ix.offs = make([]entOffs, len(ix.ents)+1)
+	for i := range ix.offs {
+		ix.offs[i] = entOffs{cmd: cmdCounts[i], drv: drvCounts[i]}
+	}
+	ix.outOffs = outCounts
 	ix.cmdEvs = make([]ixEvent, nCmds)
 	ix.drvEvs = make([]ixEvent, nDrvs)
 	ix.outs = make([]ixEvent, nDrvs)
 	ix.cmds = make([]ixCommand, 0, nCmds)
-	cmdFill := slices.Clone(ix.cmdOffs[:len(ix.ents)])
-	drvFill := slices.Clone(ix.drvOffs[:len(ix.ents)])
+	cmdFill := cmdCounts[:len(ix.ents)]
+	drvFill := drvCounts[:len(ix.ents)]
 	outFill := slices.Clone(ix.outOffs[:len(ix.ents)])
 	for i, r := range rs {
 		shard := shardIdx(r.Shard)
@@ -319,7 +333,7 @@ func BuildIndex(ranges []*Range, names map[uint8]string, horizon uint64) (*Index
 	// Ranges were visited shard by shard: put each group in time order.
 	byWhen := func(a, b ixEvent) int { return cmp.Compare(a.when, b.when) }
 	for i := range ix.ents {
-		for _, g := range [][]ixEvent{ix.cmdEvs[ix.cmdOffs[i]:ix.cmdOffs[i+1]], ix.drvEvs[ix.drvOffs[i]:ix.drvOffs[i+1]], ix.outs[ix.outOffs[i]:ix.outOffs[i+1]]} {
+		for _, g := range [][]ixEvent{ix.cmdsOf(uint32(i)), ix.drvsOf(uint32(i)), ix.outs[ix.outOffs[i]:ix.outOffs[i+1]]} {
 			if !slices.IsSortedFunc(g, byWhen) {
 				slices.SortFunc(g, byWhen)
 			}
@@ -371,11 +385,22 @@ func (ix *Index) entity(e EntityID) (uint32, bool) {
 // pos: who sent it, its kind and the tick it was input to.
 func (ix *Index) Command(pos uint64) (CommandInfo, bool) { return ix.info(pos) }
 
-// info returns what the index knows of the command at pos.
+// info returns what the index knows of the command at pos. Positions are
+// nearly dense, so it looks where pos would be if they were before
+// searching.
 func (ix *Index) info(pos uint64) (CommandInfo, bool) {
-	i, ok := slices.BinarySearchFunc(ix.infos, pos, func(c CommandInfo, p uint64) int { return cmp.Compare(c.Pos, p) })
+	in := ix.infos
+	if len(in) == 0 {
+		return CommandInfo{Pos: pos}, false
+	}
+	if pos >= in[0].Pos && pos-in[0].Pos < uint64(len(in)) {
+		if g := in[pos-in[0].Pos]; g.Pos == pos {
+			return g, true
+		}
+	}
+	i, ok := slices.BinarySearchFunc(in, pos, func(c CommandInfo, p uint64) int { return cmp.Compare(c.Pos, p) })
 	if !ok {
 		return CommandInfo{Pos: pos}, false
 	}
-	return ix.infos[i], true
+	return in[i], true
 }

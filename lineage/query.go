@@ -59,7 +59,7 @@ type Cause struct {
 	Applied uint64
 	Shard   ShardID
 	// Depth counts derivations between Entity and the entity asked about;
-	// Link is the index in the chain of the link that found the command.
+	// Link is the index in Chain() of the link that found the command.
 	Depth int
 	Link  int
 }
@@ -73,9 +73,6 @@ type WhyResult struct {
 	Entity     EntityID
 	Tick       uint64
 	DepthLimit int
-	// Chain lists the derivations followed, breadth first; Chain[0] is
-	// the entity asked about.
-	Chain []Link
 	// Applications counts the command applications in the answer: an
 	// upper bound on the number of distinct commands (a position applied
 	// to several entities counts once per entity).
@@ -88,6 +85,26 @@ type WhyResult struct {
 
 	ix       *Index
 	segments []whySegment
+	items    []walkItem // the derivations followed, breadth first
+	chain    []Link     // built from items on demand
+}
+
+// Chain lists the derivations the walk followed, breadth first; Chain()[0]
+// is the entity asked about. It is built on the first call.
+func (r *WhyResult) Chain() []Link {
+	if r.chain != nil || len(r.items) == 0 {
+		return r.chain
+	}
+	ix := r.ix
+	r.chain = make([]Link, len(r.items))
+	for i, it := range r.items {
+		l := Link{Entity: ix.ents[it.ent], Depth: int(it.depth), Parent: int(it.parent), Tick: r.Tick, Shard: r.Shard}
+		if i > 0 {
+			l.Tick, l.Shard = ix.tickOf(it.when), ix.shardOf(it.when)
+		}
+		r.chain[i] = l
+	}
+	return r.chain
 }
 
 // whySegment is part of an entity's commands in the answer: those with
@@ -108,7 +125,7 @@ func (r *WhyResult) Causes(limit int) []Cause {
 	seen := map[uint64]struct{}{}
 	ix := r.ix
 	for _, sg := range r.segments {
-		g := ix.cmdEvs[ix.cmdOffs[sg.ent]:ix.cmdOffs[sg.ent+1]]
+		g := ix.cmdsOf(sg.ent)
 		lo := sort.Search(len(g), func(k int) bool { return g[k].when >= sg.from })
 		hi := lo + sort.Search(len(g)-lo, func(k int) bool { return g[lo+k].when >= sg.to })
 		for k := hi - 1; k >= lo; k-- {
@@ -138,9 +155,10 @@ func (r *WhyResult) AllCauses() []Cause {
 // Path returns the chain from c's entity to the entity asked about: the
 // link that found c first, the entity asked about last.
 func (r *WhyResult) Path(c Cause) []Link {
+	chain := r.Chain()
 	var p []Link
-	for i := c.Link; i >= 0 && i < len(r.Chain) && len(p) <= len(r.Chain); i = r.Chain[i].Parent {
-		p = append(p, r.Chain[i])
+	for i := c.Link; i >= 0 && i < len(chain) && len(p) <= len(chain); i = chain[i].Parent {
+		p = append(p, chain[i])
 	}
 	return p
 }
@@ -148,10 +166,30 @@ func (r *WhyResult) Path(c Cause) []Link {
 // walkScratch is per-query state indexed by dense entity index, reused
 // across queries (a generation number marks what this query set).
 type walkScratch struct {
-	gen   uint32
-	marks []uint32 // == gen: the entity's state is this query's
-	bound []uint64 // Why: history followed so far ("when", exclusive); Affected: influenced since
-	heap  whenHeap
+	gen      uint32
+	state    []entState
+	items    []walkItem
+	segments []whySegment
+	heap     whenHeap
+}
+
+// entState is one entity's state in a walk, in one cache line's worth.
+type entState struct {
+	// bound is, for Why, the "when" before which the entity's history
+	// was followed; for Affected, the "when" it is influenced from.
+	bound uint64
+	gen   uint32 // == walkScratch.gen: this query's
+	// Why: how far the entity's commands and derivations were followed
+	// (absolute offsets in cmdEvs and drvEvs).
+	cmdAt, drvAt uint32
+}
+
+// walkItem is a derivation Why follows (the root: the entity asked about).
+type walkItem struct {
+	when   uint64 // of the derivation; the source's history before it is followed
+	ent    uint32
+	parent int32
+	depth  int32
 }
 
 func (ix *Index) getScratch() *walkScratch {
@@ -163,11 +201,11 @@ func (ix *Index) getScratch() *walkScratch {
 	}
 	ix.scratchMu.Unlock()
 	if ws == nil {
-		ws = &walkScratch{marks: make([]uint32, len(ix.ents)), bound: make([]uint64, len(ix.ents))}
+		ws = &walkScratch{state: make([]entState, len(ix.ents))}
 	}
 	ws.gen++
 	if ws.gen == 0 { // wrapped: forget every mark
-		clear(ws.marks)
+		clear(ws.state)
 		ws.gen = 1
 	}
 	return ws
@@ -214,46 +252,94 @@ func (ix *Index) Why(shard ShardID, e EntityID, tick uint64, depthLimit int) (*W
 	if !ok || !ix.hasEventBefore(root, end) {
 		return res, fmt.Errorf("%w: %#x up to tick %d", ErrUnknownEntity, uint64(e), tick)
 	}
-	type visit struct {
-		ent    uint32
-		bound  uint64 // follow the history before this "when"
-		depth  int32
-		parent int32
-		when   uint64 // of the derivation (root: end of the tick)
-	}
 	ws := ix.getScratch()
 	defer ix.putScratch(ws)
-	queue := []visit{{ent: root, bound: end, parent: -1, when: end}}
-	rootTick := tick
-	for qi := 0; qi < len(queue); qi++ {
-		v := queue[qi]
-		link := int32(len(res.Chain))
-		l := Link{Entity: ix.ents[v.ent], Depth: int(v.depth), Parent: int(v.parent), Tick: rootTick, Shard: shard}
-		if qi > 0 {
-			l.Tick, l.Shard = ix.tickOf(v.when), ix.shardOf(v.when)
-		}
-		res.Chain = append(res.Chain, l)
-		from := uint64(0)
-		if ws.marks[v.ent] == ws.gen {
-			from = ws.bound[v.ent]
-		}
-		if v.bound <= from && ws.marks[v.ent] == ws.gen {
+	items := append(ws.items[:0], walkItem{when: end, ent: root, parent: -1})
+	segs := ws.segments[:0]
+	for qi := 0; qi < len(items); qi++ {
+		it := items[qi]
+		e := it.ent
+		st := &ws.state[e]
+		if st.gen == ws.gen && it.when <= st.bound {
 			continue // this part of the history was already followed
 		}
-		ws.marks[v.ent], ws.bound[v.ent] = ws.gen, v.bound
-		res.segments = append(res.segments, whySegment{ent: v.ent, from: from, to: v.bound, depth: v.depth, link: link})
-		c := ix.cmdEvs[ix.cmdOffs[v.ent]:ix.cmdOffs[v.ent+1]]
-		res.Applications += whenIndex(c, v.bound) - whenIndex(c, from)
-		g := ix.drvEvs[ix.drvOffs[v.ent]:ix.drvOffs[v.ent+1]]
-		for _, ev := range g[whenIndex(g, from):whenIndex(g, v.bound)] {
-			if depthLimit >= 0 && int(v.depth) >= depthLimit {
-				res.Truncated = true
-				break
+		lo, hi := ix.offs[e], ix.offs[e+1]
+		from, cmdAt, drvAt := uint64(0), lo.cmd, lo.drv
+		if st.gen == ws.gen {
+			from, cmdAt, drvAt = st.bound, st.cmdAt, st.drvAt
+		}
+		cmdTo := gallop(ix.cmdEvs, cmdAt, hi.cmd, it.when)
+		drvTo := gallop(ix.drvEvs, drvAt, hi.drv, it.when)
+		*st = entState{bound: it.when, gen: ws.gen, cmdAt: cmdTo, drvAt: drvTo}
+		segs = append(segs, whySegment{ent: e, from: from, to: it.when, depth: it.depth, link: int32(qi)})
+		res.Applications += int(cmdTo - cmdAt)
+		if drvTo == drvAt {
+			continue
+		}
+		if depthLimit >= 0 && int(it.depth) >= depthLimit {
+			res.Truncated = true
+			continue
+		}
+		for _, ev := range ix.drvEvs[drvAt:drvTo] {
+			src := uint32(ev.arg)
+			if s := &ws.state[src]; s.gen == ws.gen && ev.when <= s.bound {
+				continue // its history up to then is already followed
 			}
-			queue = append(queue, visit{ent: uint32(ev.arg), bound: ev.when, depth: v.depth + 1, parent: link, when: ev.when})
+			items = append(items, walkItem{when: ev.when, ent: src, parent: int32(qi), depth: it.depth + 1})
 		}
 	}
+	ws.segments = segs
+	res.segments = slices.Clone(segs)
+	ws.items = items
+	res.items = slices.Clone(items)
 	return res, nil
+}
+
+// gallop returns the first index in [lo, hi) of evs whose "when" is at
+// least w (hi if none). An entity's events are spread fairly evenly over
+// time, so it starts from an interpolated guess and gallops from there: a
+// few probes into a long history instead of a binary search's many cache
+// misses.
+func gallop(evs []ixEvent, lo, hi uint32, w uint64) uint32 {
+	if lo >= hi || evs[lo].when >= w {
+		return lo
+	}
+	if evs[hi-1].when < w {
+		return hi
+	}
+	// Now evs[lo].when < w <= evs[hi-1].when.
+	if hi-lo > 16 {
+		a, b := evs[lo].when, evs[hi-1].when
+		g := lo + uint32(float64(hi-1-lo)*(float64(w-a)/float64(b-a)))
+		g = min(max(g, lo+1), hi-2)
+		step := uint32(1)
+		if evs[g].when < w {
+			// Forward: the answer is after g.
+			lo = g + 1
+			for lo+step < hi && evs[lo+step-1].when < w {
+				lo += step
+				step *= 2
+			}
+			hi = min(hi, lo+step)
+		} else {
+			// Backward: the answer is at or before g.
+			hi = g + 1
+			for hi > lo+step && evs[hi-step-1].when >= w {
+				hi -= step
+				step *= 2
+			}
+			lo = max(lo, hi-min(hi-lo, step))
+		}
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if evs[mid].when < w {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // whenIndex returns the number of events of g before "when" w.
@@ -263,8 +349,7 @@ func whenIndex(g []ixEvent, w uint64) int {
 
 // hasEventBefore reports whether entity ent has any event before w.
 func (ix *Index) hasEventBefore(ent uint32, w uint64) bool {
-	c := ix.cmdEvs[ix.cmdOffs[ent]:ix.cmdOffs[ent+1]]
-	d := ix.drvEvs[ix.drvOffs[ent]:ix.drvOffs[ent+1]]
+	c, d := ix.cmdsOf(ent), ix.drvsOf(ent)
 	return (len(c) > 0 && c[0].when < w) || (len(d) > 0 && d[0].when < w)
 }
 
@@ -321,11 +406,12 @@ func (ix *Index) Affected(pos uint64, through uint64) (*AffectedResult, error) {
 	ws := ix.getScratch()
 	defer ix.putScratch(ws)
 	since := func(ent uint32) (uint64, bool) {
-		if ws.marks[ent] != ws.gen {
-			return 0, false
+		if st := &ws.state[ent]; st.gen == ws.gen {
+			return st.bound, true
 		}
-		return ws.bound[ent], true
+		return 0, false
 	}
+	mark := func(ent uint32, w uint64) { ws.state[ent] = entState{bound: w, gen: ws.gen} }
 	hows := map[uint32]how{}
 	h := &ws.heap
 	*h = (*h)[:0]
@@ -335,7 +421,7 @@ func (ix *Index) Affected(pos uint64, through uint64) (*AffectedResult, error) {
 			break
 		}
 		if s, ok := since(c.entity); !ok || c.when < s {
-			ws.marks[c.entity], ws.bound[c.entity] = ws.gen, c.when
+			mark(c.entity, c.when)
 			hows[c.entity] = how{ent: c.entity}
 			heap.Push(h, whenItem{when: c.when, ent: c.entity})
 		}
@@ -359,7 +445,7 @@ func (ix *Index) Affected(pos uint64, through uint64) (*AffectedResult, error) {
 			if s, ok := since(to); ok && s <= ev.when {
 				continue
 			}
-			ws.marks[to], ws.bound[to] = ws.gen, ev.when
+			mark(to, ev.when)
 			hows[to] = how{ent: to, from: it.ent + 1, depth: d + 1}
 			heap.Push(h, whenItem{when: ev.when, ent: to})
 		}
@@ -371,7 +457,7 @@ func (ix *Index) Affected(pos uint64, through uint64) (*AffectedResult, error) {
 			inf.From = ix.ents[hw.from-1]
 		}
 		inf.LastEvent = inf.Since
-		for _, g := range [][]ixEvent{ix.cmdEvs[ix.cmdOffs[ent]:ix.cmdOffs[ent+1]], ix.drvEvs[ix.drvOffs[ent]:ix.drvOffs[ent+1]]} {
+		for _, g := range [][]ixEvent{ix.cmdsOf(ent), ix.drvsOf(ent)} {
 			if k := whenIndex(g, limit); k > 0 {
 				inf.LastEvent = max(inf.LastEvent, ix.tickOf(g[k-1].when))
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sort"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -411,4 +412,31 @@ func TestQueriesConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestGallop checks the interpolating search against sort.Search on
+// sorted "when" columns of every shape (runs of equal values, clusters,
+// gaps), for every sub-range and target.
+func TestGallop(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(0, 300).Draw(t, "n")
+		evs := make([]ixEvent, n)
+		w := rapid.Uint64Range(0, 1<<40).Draw(t, "start")
+		for i := range evs {
+			w += rapid.SampledFrom([]uint64{0, 1, 2, 1 << 32, 1 << 20, 7}).Draw(t, "step")
+			evs[i].when = w
+		}
+		lo := rapid.IntRange(0, n).Draw(t, "lo")
+		hi := rapid.IntRange(lo, n).Draw(t, "hi")
+		for k := 0; k < 20; k++ {
+			target := rapid.Uint64Range(0, w+2).Draw(t, "target")
+			if k%2 == 0 && hi > lo {
+				target = evs[rapid.IntRange(lo, hi-1).Draw(t, "at")].when + uint64(rapid.IntRange(0, 1).Draw(t, "plus"))
+			}
+			want := lo + sort.Search(hi-lo, func(i int) bool { return evs[lo+i].when >= target })
+			if got := gallop(evs, uint32(lo), uint32(hi), target); int(got) != want {
+				t.Fatalf("gallop(%d, %d, %d) = %d, want %d", lo, hi, target, got, want)
+			}
+		}
+	})
 }

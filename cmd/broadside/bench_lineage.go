@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/anoptic/broadside/demo/broadside"
@@ -24,7 +21,7 @@ type linBenchOptions struct {
 	quick       bool
 	jsonPath    string
 	ships       int
-	cycles      int
+	triples     int
 	matchTicks  int
 	queries     int
 	depth       int
@@ -40,20 +37,16 @@ type linBenchReport struct {
 	BytesPerTick float64 `json:"bytes_per_tick"`
 	WhyP99Us     float64 `json:"why_p99_us"`
 
-	Quick    bool   `json:"quick"`
-	Ships    int    `json:"ships"`
-	Sectors  int    `json:"sectors"`
-	Store    string `json:"store"`
-	RepTicks int    `json:"block_ticks"`
-	Cycles   int    `json:"cycles"`
+	Quick   bool   `json:"quick"`
+	Ships   int    `json:"ships"`
+	Sectors int    `json:"sectors"`
+	Store   string `json:"store"`
+	Triples int    `json:"triples"`
 	// Background (the headline) and Inline: the recorder sealing ranges
 	// on its own goroutine or on the tick loop.
 	Background linBenchOverhead `json:"background"`
 	Inline     linBenchOverhead `json:"inline"`
 	TickNopUs  float64          `json:"tick_nop_median_us"`
-	// EncodeUsPerTick is the CPU time of encoding and storing ranges, per
-	// tick (the excess of the inline world's sealing ticks).
-	EncodeUsPerTick float64 `json:"encode_us_per_tick"`
 	// What the battle looked like.
 	EventsPerTick float64 `json:"events_per_tick"`
 	InputsPerTick float64 `json:"inputs_per_tick"`
@@ -76,23 +69,16 @@ type linBenchReport struct {
 type linBenchOverhead struct {
 	// OverheadPct is 100 × (RatioMedian − 1).
 	OverheadPct float64 `json:"overhead_pct"`
-	// RatioMedian is the median over cycles of the cycle's ratio: the
-	// geometric mean, over its three blocks, of recording step time over
-	// no-op step time on the same ticks (each world takes each role once
-	// per cycle, so a world's own speed cancels out).
+	// RatioMedian is the median over triples of consecutive ticks (one
+	// tick in each role) of the recording tick's step time over the no-op
+	// tick's.
 	RatioMedian float64 `json:"ratio_median"`
 	RatioP25    float64 `json:"ratio_p25"`
 	RatioP75    float64 `json:"ratio_p75"`
-	// BlockRatioMedian is the median of the per-block ratios.
-	BlockRatioMedian float64 `json:"block_ratio_median"`
-	// MeanRatio is total recording time over total no-op time.
+	// MeanRatio is total recording time over total no-op time: unlike the
+	// median it carries the ticks that seal a range.
 	MeanRatio float64 `json:"ratio_of_totals"`
 	TickUs    float64 `json:"tick_median_us"`
-	// CPUOverheadPct is the same with the tick loop thread's CPU time
-	// (Linux only; 0 elsewhere): it does not count time other processes
-	// took, nor work on other threads (the background sealer, the garbage
-	// collector's workers).
-	CPUOverheadPct float64 `json:"cpu_overhead_pct"`
 }
 
 type linBenchWhyLatency struct {
@@ -116,37 +102,40 @@ func newBenchLineageCmd() *cobra.Command {
 		Long: `Measure lineage on the Broadside world at 1,000 bot ships (8 km sea, 2 × 2
 sectors, aggressive bots keeping about 10,000 cannonballs in the air):
 
-  overhead  three identical worlds step the same ticks with the same orders in
-            blocks of 128 ticks (one stored range): one with lineage.Nop, one
-            recording with a lineage.Log that seals ranges on the tick loop, one
-            with a Log that seals them on its own goroutine (BeginTick, Input for
-            every record, Step, EndTick; encoding; Pebble writes). The roles
-            rotate every block (a Latin square over 3-block cycles), so each
-            world's own speed cancels; the figure is the median over cycles of
-            the cycle's geometric-mean ratio of step times, minus one.
+  overhead  one world steps tick after tick with its recorder rotating through
+            three roles: lineage.Nop, a lineage.Log that seals ranges on the
+            tick loop, and a Log that seals them on its own goroutine (each
+            recording tick runs BeginTick, Input for every record, Step,
+            EndTick, with the encoding and Pebble writes of the Log). Every
+            triple of consecutive ticks has one tick in each role, in one of
+            the six orders in turn; the figure is the median over triples of
+            the recording tick's step time over the no-op tick's, minus one.
+            The ratio of total times, which carries the ticks that seal a
+            range, is reported beside it. Bots think between ticks, untimed,
+            on a second world (the planner) that the measured one follows.
   size      encoded bytes per tick (all sectors) in the store
   Why       p50/p99 of Why over random (ship, tick) of a 10-minute match
-            (18,000 ticks) recorded by a fourth world, at depth 2, --depth
+            (18,000 ticks) recorded by the planner, at depth 2, --depth
             (default 4) and unlimited
 
---quick runs 5 cycles and a 80-second match (2,400 ticks), and says so.`,
+--quick runs 500 triples and a 1-minute match (1,800 ticks), and says so.`,
 		Example: `  broadside bench lineage --quick
   broadside bench lineage --json /tmp/bench-lineage.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.quick {
-				if !cmd.Flags().Changed("cycles") {
-					o.cycles = 5
+				if !cmd.Flags().Changed("triples") {
+					o.triples = 500
 				}
 				if !cmd.Flags().Changed("match-ticks") {
-					o.matchTicks = 2400
+					o.matchTicks = 1800
 				}
 				if !cmd.Flags().Changed("queries") {
 					o.queries = 300
 				}
 			}
-			if o.cycles < 1 || o.ships < 2 || o.matchTicks < 3*lineage.DefaultRangeTicks*o.cycles+2*lineage.DefaultRangeTicks {
-				return fmt.Errorf("need --cycles ≥ 1, --ships ≥ 2 and --match-ticks ≥ %d", 3*lineage.DefaultRangeTicks*o.cycles+2*lineage.DefaultRangeTicks)
+			if o.triples < 1 || o.ships < 2 || o.matchTicks < 3*o.triples+linBenchWarmup {
+				return fmt.Errorf("need --triples ≥ 1, --ships ≥ 2 and --match-ticks ≥ 3 × triples + %d", linBenchWarmup)
 			}
 			o.progress = cmd.ErrOrStderr()
 			rep, err := runLineageBench(cmd.Context(), o)
@@ -164,10 +153,10 @@ sectors, aggressive bots keeping about 10,000 cannonballs in the air):
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&o.quick, "quick", false, "a short run: 5 cycles, an 80-second match, 300 queries")
+	f.BoolVar(&o.quick, "quick", false, "a short run: 500 triples, a 1-minute match, 300 queries")
 	f.StringVar(&o.jsonPath, "json", "", "write the results as JSON to `FILE`")
 	f.IntVar(&o.ships, "ships", 1000, "bot ships")
-	f.IntVar(&o.cycles, "cycles", 20, "cycles of 3 blocks of 128 ticks (each world in each role once per cycle)")
+	f.IntVar(&o.triples, "triples", 3000, "triples of ticks measured (one tick per role each)")
 	f.IntVar(&o.matchTicks, "match-ticks", 18000, "length of the match Why is measured on (30 ticks per second)")
 	f.IntVar(&o.queries, "queries", 2000, "Why queries per depth (a tenth of them unlimited)")
 	f.IntVar(&o.depth, "depth", 4, "the depth of the headline Why figure")
@@ -217,11 +206,15 @@ type linOrder struct {
 	cmd    broadside.PlayerCommand
 }
 
+// linBenchWarmup is the ticks played before measuring (the battle is in
+// full swing by then).
+const linBenchWarmup = 300
+
 func runLineageBench(ctx context.Context, o linBenchOptions) (*linBenchReport, error) {
 	const repTicks = lineage.DefaultRangeTicks
 	cfg := broadside.DefaultConfig()
 	cfg.Seed = o.seed
-	rep := &linBenchReport{Quick: o.quick, Ships: o.ships, Sectors: cfg.Sectors(), RepTicks: repTicks, Cycles: o.cycles,
+	rep := &linBenchReport{Quick: o.quick, Ships: o.ships, Sectors: cfg.Sectors(), Triples: o.triples,
 		MatchTicks: o.matchTicks, MatchMinutes: float64(o.matchTicks) / broadside.TickRate / 60, WhyDepth: o.depth, Store: "pebble"}
 	if o.memoryStore {
 		rep.Store = "memory"
@@ -276,7 +269,7 @@ func runLineageBench(ctx context.Context, o linBenchOptions) (*linBenchReport, e
 
 	// The planner is an untimed world on which the bots think; it records
 	// the whole match (background sealing) for the Why measurement. The
-	// three measured worlds replay its orders.
+	// measured world replays its orders.
 	plan, err := newWorld()
 	if err != nil {
 		return nil, err
@@ -285,17 +278,15 @@ func runLineageBench(ctx context.Context, o linBenchOptions) (*linBenchReport, e
 		return nil, err
 	}
 	matchLog := plan.logs[linRoleBackground]
-	var worlds [linRoles]*linBenchWorld
-	for i := range worlds {
-		if worlds[i], err = newWorld(); err != nil {
-			return nil, err
-		}
-		if worlds[i].logs[linRoleInline], err = newLog(false); err != nil {
-			return nil, err
-		}
-		if worlds[i].logs[linRoleBackground], err = newLog(true); err != nil {
-			return nil, err
-		}
+	meas, err := newWorld()
+	if err != nil {
+		return nil, err
+	}
+	if meas.logs[linRoleInline], err = newLog(false); err != nil {
+		return nil, err
+	}
+	if meas.logs[linRoleBackground], err = newLog(true); err != nil {
+		return nil, err
 	}
 	fleet := newLinFleet(uint32(o.ships), o.seed, true)
 	var views []broadside.ShipView
@@ -310,142 +301,100 @@ func runLineageBench(ctx context.Context, o linBenchOptions) (*linBenchReport, e
 			_ = b.w.SubmitCommand(x.player, x.cmd)
 		}
 	}
-	planTick := func(orders []linOrder) ([]linOrder, error) {
+	var orders []linOrder
+	planTick := func() error {
 		if err := plan.stepOnce(ctx, linRoleBackground); err != nil {
-			return orders, err
+			return err
 		}
 		plan.step = plan.step[:0]
 		orders = think(plan.w, orders[:0])
 		submit(plan, orders)
-		return orders, nil
+		return nil
 	}
-	// Thread CPU time (Linux) is read around each block.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	_, haveCPU := linThreadCPU()
+	// measTick steps the measured world in role and gives it the orders
+	// the planner gave for the next tick.
+	measTick := func(role int) (time.Duration, error) {
+		meas.step = meas.step[:0]
+		if err := meas.stepOnce(ctx, role); err != nil {
+			return 0, err
+		}
+		submit(meas, orders)
+		return meas.step[0], nil
+	}
 
-	// Warm up to the start of a range window (tick 256), all worlds
-	// recording (both logs' buffers grow to a range's size).
+	// Warm up, both logs recording half the ticks (their buffers grow to
+	// a range's size).
 	fmt.Fprintf(o.progress, "bench lineage: %d ships, warming up ...\n", o.ships)
-	var orders []linOrder
-	for plan.w.Tick() < 2*repTicks-1 {
-		if orders, err = planTick(orders); err != nil {
+	for plan.w.Tick() < linBenchWarmup {
+		if err := planTick(); err != nil {
 			return nil, err
 		}
-		for i, b := range worlds {
-			role := linRoleInline + (i+int(plan.w.Tick())/repTicks)%2
-			if err := b.stepOnce(ctx, role); err != nil {
-				return nil, err
-			}
-			submit(b, orders)
+		if _, err := measTick(linRoleInline + int(plan.w.Tick()%2)); err != nil {
+			return nil, err
 		}
-	}
-	for _, b := range worlds {
-		b.step = b.step[:0]
 	}
 
-	// Blocks of one range: the planner steps repTicks ticks and its bots
-	// give orders; then the measured worlds step the same ticks with the
-	// same orders, world i in role (i + block) mod 3, starting with a
-	// different world each block.
-	type blockTimes struct{ wall, cpu [linRoles]time.Duration }
-	blocks := make([]blockTimes, 0, 3*o.cycles)
+	perms := [6][3]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}, {2, 1, 0}, {1, 0, 2}}
+	var inRatios, bgRatios []float64
+	var totals [linRoles]time.Duration
 	var ticks [linRoles][]time.Duration
-	var sealTicks []time.Duration
 	var ballSum, ballN float64
-	eventsBefore := plan.logs[linRoleBackground].Stats()
-	ticksBefore := plan.w.Tick()
-	script := make([][]linOrder, repTicks)
-	for blk := 0; blk < 3*o.cycles; blk++ {
-		for k := 0; k < repTicks; k++ {
-			if script[k], err = planTick(script[k]); err != nil {
+	eventsBefore, ticksBefore := matchLog.Stats(), plan.w.Tick()
+	for tr := 0; tr < o.triples; tr++ {
+		var t [linRoles]time.Duration
+		for _, role := range perms[tr%len(perms)] {
+			if err := planTick(); err != nil {
 				return nil, err
 			}
-			if k%32 == 0 {
-				ballSum += float64(plan.w.BallCount())
-				ballN++
+			d, err := measTick(role)
+			if err != nil {
+				return nil, err
 			}
+			t[role] = d
+			totals[role] += d
+			ticks[role] = append(ticks[role], d)
 		}
-		var bt blockTimes
-		var byRole [linRoles]*linBenchWorld
-		for j := range worlds {
-			i := (blk + j) % linRoles
-			b, role := worlds[i], (i+blk)%linRoles
-			byRole[role] = b
-			b.step = b.step[:0]
-			c0, _ := linThreadCPU()
-			for k := 0; k < repTicks; k++ {
-				if err := b.stepOnce(ctx, role); err != nil {
-					return nil, err
-				}
-				submit(b, script[k])
-			}
-			c1, _ := linThreadCPU()
-			bt.wall[role], bt.cpu[role] = linSum(b.step), c1-c0
-			ticks[role] = append(ticks[role], b.step...)
+		if meas.w.Hash() != plan.w.Hash() {
+			return nil, fmt.Errorf("tick %d: the measured world diverged from the planner", meas.w.Tick())
 		}
-		for _, b := range worlds {
-			if b.w.Hash() != plan.w.Hash() {
-				return nil, fmt.Errorf("block %d: a measured world diverged from the planner", blk)
-			}
+		inRatios = append(inRatios, float64(t[linRoleInline])/float64(t[linRoleNop]))
+		bgRatios = append(bgRatios, float64(t[linRoleBackground])/float64(t[linRoleNop]))
+		if tr%16 == 0 {
+			ballSum += float64(plan.w.BallCount())
+			ballN++
 		}
-		// The inline world seals at the block's last tick: that tick's
-		// excess over the no-op world's is the encoding.
-		sealTicks = append(sealTicks, byRole[linRoleInline].step[repTicks-1]-byRole[linRoleNop].step[repTicks-1])
-		blocks = append(blocks, bt)
-		fmt.Fprintf(o.progress, "\rbench lineage: block %d/%d, ratio background %.4f inline %.4f", blk+1, 3*o.cycles,
-			float64(bt.wall[linRoleBackground])/float64(bt.wall[linRoleNop]), float64(bt.wall[linRoleInline])/float64(bt.wall[linRoleNop]))
+		if tr%200 == 199 {
+			fmt.Fprintf(o.progress, "\rbench lineage: triple %d/%d", tr+1, o.triples)
+		}
 	}
 	fmt.Fprintln(o.progress)
-	eventsAfter := plan.logs[linRoleBackground].Stats()
+	eventsAfter := matchLog.Stats()
 	n := float64(plan.w.Tick() - ticksBefore)
 	rep.EventsPerTick = float64(eventsAfter.Events-eventsBefore.Events) / n
 	rep.InputsPerTick = float64(eventsAfter.Inputs-eventsBefore.Inputs) / n
 	rep.BallsInAir = ballSum / max(ballN, 1)
-	overhead := func(role int) linBenchOverhead {
-		var cyc, cpuCyc, blk []float64
-		var total, nopTotal time.Duration
-		for c := 0; c < o.cycles; c++ {
-			lw, lc := 0.0, 0.0
-			for _, b := range blocks[3*c : 3*c+3] {
-				r := float64(b.wall[role]) / float64(b.wall[linRoleNop])
-				blk = append(blk, r)
-				lw += math.Log(r)
-				lc += math.Log(float64(b.cpu[role]) / float64(b.cpu[linRoleNop]))
-				total, nopTotal = total+b.wall[role], nopTotal+b.wall[linRoleNop]
-			}
-			cyc = append(cyc, math.Exp(lw/3))
-			cpuCyc = append(cpuCyc, math.Exp(lc/3))
-		}
-		slices.Sort(cyc)
-		slices.Sort(cpuCyc)
-		slices.Sort(blk)
-		ov := linBenchOverhead{RatioMedian: linQuantile(cyc, 0.5), RatioP25: linQuantile(cyc, 0.25), RatioP75: linQuantile(cyc, 0.75),
-			BlockRatioMedian: linQuantile(blk, 0.5), MeanRatio: float64(total) / float64(nopTotal), TickUs: linMedianUs(ticks[role])}
+	overhead := func(role int, ratios []float64) linBenchOverhead {
+		slices.Sort(ratios)
+		ov := linBenchOverhead{RatioMedian: linQuantile(ratios, 0.5), RatioP25: linQuantile(ratios, 0.25), RatioP75: linQuantile(ratios, 0.75),
+			MeanRatio: float64(totals[role]) / float64(totals[linRoleNop]), TickUs: linMedianUs(ticks[role])}
 		ov.OverheadPct = 100 * (ov.RatioMedian - 1)
-		if haveCPU {
-			ov.CPUOverheadPct = 100 * (linQuantile(cpuCyc, 0.5) - 1)
-		}
 		return ov
 	}
-	rep.Background, rep.Inline = overhead(linRoleBackground), overhead(linRoleInline)
+	rep.Background, rep.Inline = overhead(linRoleBackground, bgRatios), overhead(linRoleInline, inRatios)
 	rep.OverheadPct = rep.Background.OverheadPct
 	rep.TickNopUs = linMedianUs(ticks[linRoleNop])
-	rep.EncodeUsPerTick = linMedianUs(sealTicks) / repTicks
-	for i := range worlds {
-		for _, lg := range worlds[i].logs {
-			if lg != nil {
-				if err := lg.Close(ctx); err != nil {
-					return nil, err
-				}
+	for _, lg := range meas.logs {
+		if lg != nil {
+			if err := lg.Close(ctx); err != nil {
+				return nil, err
 			}
 		}
-		worlds[i] = nil
 	}
+	meas = nil
 
 	// The rest of the match, recorded by the planner only.
 	for int(plan.w.Tick()) < o.matchTicks {
-		if orders, err = planTick(orders); err != nil {
+		if err := planTick(); err != nil {
 			return nil, err
 		}
 		if t := plan.w.Tick(); t%600 == 0 {
@@ -517,32 +466,6 @@ func runLineageBench(ctx context.Context, o linBenchOptions) (*linBenchReport, e
 	return rep, nil
 }
 
-// linThreadCPU returns the CPU time the calling OS thread has run (Linux:
-// /proc/thread-self/schedstat, in ns); ok is false elsewhere.
-func linThreadCPU() (time.Duration, bool) {
-	b, err := os.ReadFile("/proc/thread-self/schedstat")
-	if err != nil {
-		return 0, false
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0, false
-	}
-	ns, err := strconv.ParseInt(f[0], 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	return time.Duration(ns), true
-}
-
-func linSum(ds []time.Duration) time.Duration {
-	var s time.Duration
-	for _, d := range ds {
-		s += d
-	}
-	return s
-}
-
 // linQuantile returns the q-quantile of sorted s (nearest rank).
 func linQuantile(s []float64, q float64) float64 {
 	if len(s) == 0 {
@@ -572,22 +495,19 @@ func linPrintBench(w io.Writer, r *linBenchReport) {
 		mode = "quick"
 	}
 	fmt.Fprintf(w, "broadside bench lineage (%s): %d ships, %d sectors, store %s\n\n", mode, r.Ships, r.Sectors, r.Store)
-	fmt.Fprintf(w, "recording overhead: %d cycles of 3 blocks of %d ticks (one stored range); every block each of 3 worlds\n", r.Cycles, r.RepTicks)
-	fmt.Fprintf(w, "steps the same ticks in another role (no-op, inline seal, background seal)\n")
+	fmt.Fprintf(w, "recording overhead: %d triples of consecutive ticks of one world, one tick per recorder in each\n", r.Triples)
 	fmt.Fprintf(w, "  battle        %.0f lineage events, %.0f input records, %.0f cannonballs in the air per tick\n", r.EventsPerTick, r.InputsPerTick, r.BallsInAir)
-	fmt.Fprintf(w, "  %-22s %11s %9s %9s %9s %12s %12s %10s %11s\n", "recorder", "tick p50 µs", "cycle p25", "median", "p75", "block median", "of totals", "overhead", "thread CPU")
+	fmt.Fprintf(w, "  %-22s %11s %10s %10s %10s %12s %10s\n", "recorder", "tick p50 µs", "ratio p25", "median", "p75", "of totals", "overhead")
 	fmt.Fprintf(w, "  %-22s %11.0f\n", "lineage.Nop", r.TickNopUs)
 	for _, x := range []struct {
 		name string
 		o    linBenchOverhead
 	}{{"Log, background seal", r.Background}, {"Log, inline seal", r.Inline}} {
-		fmt.Fprintf(w, "  %-22s %11.0f %9.4f %9.4f %9.4f %12.4f %12.4f %+9.2f%% %+10.2f%%\n", x.name, x.o.TickUs, x.o.RatioP25, x.o.RatioMedian,
-			x.o.RatioP75, x.o.BlockRatioMedian, x.o.MeanRatio, x.o.OverheadPct, x.o.CPUOverheadPct)
+		fmt.Fprintf(w, "  %-22s %11.0f %10.4f %10.4f %10.4f %12.4f %+9.2f%%\n", x.name, x.o.TickUs, x.o.RatioP25, x.o.RatioMedian,
+			x.o.RatioP75, x.o.MeanRatio, x.o.OverheadPct)
 	}
-	fmt.Fprintf(w, "  overhead = median over cycles of the geometric-mean step-time ratio − 1 (target < 1%%); thread CPU =\n")
-	fmt.Fprintf(w, "  the same with the tick loop thread's CPU time (not other processes, the sealer or GC workers).\n")
-	fmt.Fprintf(w, "  Encoding and storing a range costs ≈ %.1f µs of CPU per tick: on the tick loop when sealing inline,\n", r.EncodeUsPerTick)
-	fmt.Fprintf(w, "  on the Log's goroutine when sealing in the background.\n\n")
+	fmt.Fprintf(w, "  overhead = median over triples of the recording/no-op step-time ratio − 1 (target < 1%%);\n")
+	fmt.Fprintf(w, "  \"of totals\" includes the ticks that seal a range (encoding on the tick loop when sealing inline).\n\n")
 	fmt.Fprintf(w, "size: %.0f bytes per tick (all sectors, encoded), %d bytes for %d ticks\n\n", r.BytesPerTick, r.StoredBytes, r.MatchTicks)
 	fmt.Fprintf(w, "Why on a %.0f-minute match (%d ticks; index: %d events, %d entities, loaded in %.0f ms, %.0f MB of heap):\n",
 		r.MatchMinutes, r.MatchTicks, r.IndexEvents, r.IndexEntities, r.IndexLoadMs, r.IndexHeapMB)

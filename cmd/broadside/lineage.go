@@ -357,7 +357,7 @@ func linWhyJSON(r *lineage.WhyResult, limit int) linWhyOut {
 			Entity: linEntityName(c.Entity), EntityID: uint64(c.Entity), AppliedTick: c.Applied, Shard: uint32(c.Shard), Depth: c.Depth,
 			Path: linPathJSON(r, c)})
 	}
-	for _, l := range r.Chain {
+	for _, l := range r.Chain() {
 		out.Chain = append(out.Chain, linLinkJSON{Entity: linEntityName(l.Entity), EntityID: uint64(l.Entity), Tick: l.Tick,
 			Shard: uint32(l.Shard), Depth: l.Depth, Parent: l.Parent})
 	}
@@ -381,11 +381,11 @@ func linPrintWhy(w io.Writer, r *lineage.WhyResult, limit int) {
 		players[c.Player] = append(players[c.Player], c)
 	}
 	entities := map[lineage.EntityID]bool{}
-	for _, l := range r.Chain {
+	for _, l := range r.Chain() {
 		entities[l.Entity] = true
 	}
 	fmt.Fprintf(w, "%d commands from %d players (and the engine), through %d entities and %d derivations.\n",
-		len(all), len(players)-btoi(len(players[0]) > 0), len(entities), len(r.Chain)-1)
+		len(all), len(players)-btoi(len(players[0]) > 0), len(entities), len(r.Chain())-1)
 	if r.Truncated {
 		fmt.Fprintf(w, "The depth limit stopped the walk: --depth %d (or -1) finds more.\n", r.DepthLimit+2)
 	}
@@ -706,10 +706,10 @@ func (w *linWorld) ships(fn func(broadside.ShipView)) {
 // an aggressive fleet also fires a broadside every 40 ticks regardless, as
 // the world's benchmarks do (about 10 balls per ship in the air).
 type linFleet struct {
-	rng           *rand.Rand
-	ships         uint32
-	aggressive    bool
-	views, nearby []broadside.ShipView
+	rng        *rand.Rand
+	ships      uint32
+	aggressive bool
+	nearby     []broadside.ShipView
 }
 
 func newLinFleet(ships uint32, seed uint64, aggressive bool) *linFleet {
@@ -973,12 +973,13 @@ func countDepth(r *lineage.WhyResult, d int) int {
 func linHits(r *lineage.WhyResult, hull []linHull, since uint64) []linHit {
 	var hits []linHit
 	causes := r.Causes(0)
-	for i, l := range r.Chain {
+	chain := r.Chain()
+	for i, l := range chain {
 		if l.Depth != 1 || uint64(l.Entity)>>56 != 2 || l.Tick < since {
 			continue
 		}
 		h := linHit{Tick: l.Tick, Ball: linEntityName(l.Entity)}
-		for _, s := range r.Chain {
+		for _, s := range chain {
 			if s.Parent != i {
 				continue
 			}

@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/anoptic/broadside/internal/pebblelog"
 	"hash/crc32"
 	"log/slog"
 	"math"
-	"os"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -67,7 +67,7 @@ func OpenPebble(dir string, opts PebbleOptions) (*PebbleStore, error) {
 	popts := &pebble.Options{
 		FS:                 opts.FS,
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebbleLogger{logger},
+		Logger:             pebblelog.New(logger),
 	}
 	if popts.FS == nil {
 		popts.FS = vfs.Default
@@ -330,24 +330,4 @@ func (p *PebbleStore) Close() error {
 		return fmt.Errorf("lineage: close %s: %w", p.dir, err)
 	}
 	return nil
-}
-
-// pebbleLogger adapts slog to pebble.Logger.
-type pebbleLogger struct{ l *slog.Logger }
-
-// Infof goes to debug level: Pebble reports routine events this way.
-func (p pebbleLogger) Infof(format string, args ...any) {
-	if p.l.Enabled(context.Background(), slog.LevelDebug) {
-		p.l.Debug(fmt.Sprintf(format, args...))
-	}
-}
-
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...))
-}
-
-// Fatalf must not return (Pebble's contract).
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "fatal", true)
-	os.Exit(1)
 }

@@ -1,13 +1,12 @@
 package shardstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"github.com/anoptic/broadside/internal/pebblelog"
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"sync"
 	"time"
 
@@ -153,7 +152,7 @@ func Open(dir string, opts Options) (*Pebble, error) {
 		CacheSize:          opts.CacheSize,
 		MemTableSize:       opts.MemTableSize,
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebbleLogger{logger},
+		Logger:             pebblelog.New(logger),
 	}
 	db, err := pebble.Open(dir, popts)
 	if err != nil {
@@ -384,36 +383,4 @@ func (p *Pebble) Sync() error {
 		return fmt.Errorf("shardstore: sync: %w", err)
 	}
 	return nil
-}
-
-// pebbleLogger adapts slog to pebble.Logger.
-type pebbleLogger struct{ l *slog.Logger }
-
-// Infof goes to debug level: Pebble reports routine events (such as the
-// WALs found on every Open) this way.
-func (p pebbleLogger) Infof(format string, args ...any) {
-	if p.l.Enabled(context.Background(), slog.LevelDebug) {
-		p.l.Debug(fmt.Sprintf(format, args...))
-	}
-}
-
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...))
-}
-
-// Fatalf must not return (Pebble's contract): Pebble calls it when it can no
-// longer tell what is durable.
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "fatal", true)
-	os.Exit(1)
-}
-
-// PebbleLogger adapts a slog.Logger to Pebble's logger (routine messages at
-// debug level, fatal ones exit the process), for other Pebble databases of
-// a node such as its write-ahead log.
-func PebbleLogger(l *slog.Logger) pebble.Logger {
-	if l == nil {
-		l = slog.Default()
-	}
-	return pebbleLogger{l}
 }

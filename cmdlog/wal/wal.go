@@ -16,7 +16,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/codec"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/seq"
-	"github.com/anoptic/broadside/cmdlog/shardstore"
+	"github.com/anoptic/broadside/internal/pebblelog"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -44,7 +44,7 @@ type Options struct {
 
 // Open opens (creating if needed) the WAL in dir.
 func Open(dir string, opts Options) (*Pebble, error) {
-	po := &pebble.Options{Logger: shardstore.PebbleLogger(opts.Logger)}
+	po := &pebble.Options{Logger: pebblelog.New(opts.Logger)}
 	if opts.FS != nil {
 		po.FS = opts.FS
 	}

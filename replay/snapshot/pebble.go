@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/anoptic/broadside/internal/pebblelog"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -70,7 +70,7 @@ func OpenPebble(dir string, opts PebbleOptions) (*PebbleStore, error) {
 			_ = closer.Close()
 		}
 	}
-	db, err := pebble.Open(dir, &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: pebbleLogger{logger}})
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: pebblelog.New(logger)})
 	if err != nil {
 		closeFS()
 		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
@@ -216,24 +216,4 @@ func (s *PebbleStore) Close() error {
 		return fmt.Errorf("snapshot: close: %w", err)
 	}
 	return nil
-}
-
-// pebbleLogger adapts slog to pebble.Logger.
-type pebbleLogger struct{ l *slog.Logger }
-
-// Infof goes to debug level: Pebble reports routine events this way.
-func (p pebbleLogger) Infof(format string, args ...any) {
-	if p.l.Enabled(context.Background(), slog.LevelDebug) {
-		p.l.Debug(fmt.Sprintf(format, args...))
-	}
-}
-
-// Errorf logs at error level.
-func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error(fmt.Sprintf(format, args...)) }
-
-// Fatalf must not return (Pebble's contract): Pebble calls it when it can
-// no longer tell what is durable.
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "fatal", true)
-	os.Exit(1)
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,9 +17,6 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
-	"github.com/anoptic/broadside/cmdlog/shard"
-	"github.com/anoptic/broadside/cmdlog/shardstore"
-	"github.com/anoptic/broadside/cmdlog/wal"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/spf13/cobra"
 )
@@ -86,30 +82,13 @@ func runLogDemo(ctx context.Context, w io.Writer, o logDemoOptions) error {
 	if o.fsync {
 		durability, mode = seq.Fsync, "fsync"
 	}
-	var closers []io.Closer
-	defer func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	}()
+	disk := &cmdlog.DiskStorage{Dir: dir, Logger: log}
+	defer disk.Close()
 	co := coord.NewMemory()
 	lc, err := cmdlog.StartLocal(ctx, cmdlog.LocalConfig{
 		Coordinator: co, Network: group, Durability: durability, Logger: log,
 		Timing: node.Timing{Tick: 5 * time.Millisecond}, Core: seq.Config{SuspectTicks: 40},
-		NewStorage: func(id msg.NodeID) (shard.Storage, error) {
-			st, err := shardstore.Open(filepath.Join(dir, fmt.Sprintf("shard-%d", id)), shardstore.Options{Logger: log})
-			if err == nil {
-				closers = append(closers, st)
-			}
-			return st, err
-		},
-		NewWAL: func(id msg.NodeID) (node.WAL, error) {
-			wl, err := wal.Open(filepath.Join(dir, fmt.Sprintf("wal-%d", id)), wal.Options{Logger: log})
-			if err == nil {
-				closers = append(closers, wl)
-			}
-			return wl, err
-		},
+		NewStorage: disk.NewStorage, NewWAL: disk.NewWAL,
 	})
 	if err != nil {
 		return err

@@ -17,12 +17,8 @@ import (
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord"
 	"github.com/anoptic/broadside/cmdlog/mesh"
-	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
-	"github.com/anoptic/broadside/cmdlog/shard"
-	"github.com/anoptic/broadside/cmdlog/shardstore"
-	"github.com/anoptic/broadside/cmdlog/wal"
 	"github.com/anoptic/broadside/netcode"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,7 +160,7 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 		return nil, nil, err
 	}
 	group := mesh.NewGroup(server, client, quiet)
-	var closers []io.Closer
+	disk := &cmdlog.DiskStorage{Dir: o.dataDir, Logger: quiet}
 	durability := seq.Memory
 	if o.fsync {
 		durability = seq.Fsync
@@ -172,23 +168,11 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 	lc, err := cmdlog.StartLocal(ctx, cmdlog.LocalConfig{
 		Coordinator: coord.NewMemory(), Network: group, Durability: durability, Logger: quiet,
 		Timing: node.Timing{Tick: 5 * time.Millisecond}, Core: seq.Config{SuspectTicks: 60},
-		NewStorage: func(id msg.NodeID) (shard.Storage, error) {
-			st, err := shardstore.Open(filepath.Join(o.dataDir, fmt.Sprintf("shard-%d", id)), shardstore.Options{Logger: quiet})
-			if err == nil {
-				closers = append(closers, st)
-			}
-			return st, err
-		},
-		NewWAL: func(id msg.NodeID) (node.WAL, error) {
-			w, err := wal.Open(filepath.Join(o.dataDir, fmt.Sprintf("wal-%d", id)), wal.Options{Logger: quiet})
-			if err == nil {
-				closers = append(closers, w)
-			}
-			return w, err
-		},
+		NewStorage: disk.NewStorage, NewWAL: disk.NewWAL,
 	})
 	if err != nil {
 		group.Close()
+		disk.Close()
 		return nil, nil, err
 	}
 	c := lc.NewClient(cmdlog.ClientConfig{OnAppendLatency: latency})
@@ -197,9 +181,7 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 		c.Close()
 		lc.Close()
 		group.Close()
-		for _, cl := range closers {
-			cl.Close()
-		}
+		disk.Close()
 	}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
@@ -33,6 +34,8 @@ type Client struct {
 	nextSeq uint64
 	buf     []byte
 
+	streamUpdates atomic.Uint64
+
 	results chan wire.CommandResult
 	updates chan wire.StateUpdate
 	done    chan struct{}
@@ -52,6 +55,7 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	go c.readLoop()
+	go c.readDatagrams()
 	return c, nil
 }
 
@@ -111,13 +115,24 @@ func (c *Client) Send(cmd wire.GameCommand) (uint64, error) {
 	return cmd.Seq, c.st.WriteFrame(c.buf)
 }
 
+// AckState tells the server this client holds the state of tick, so that
+// later updates are deltas against it.
+func (c *Client) AckState(tick uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.buf = wire.EncodeSession(c.buf[:0], wire.StateAck{Tick: tick})
+	return c.st.WriteFrame(c.buf)
+}
+
 // SendRaw writes an arbitrary frame (tests of the server's defences).
 func (c *Client) SendRaw(frame []byte) error { return c.st.WriteFrame(frame) }
 
 // Results delivers the server's verdicts on commands (durable, refused).
 func (c *Client) Results() <-chan wire.CommandResult { return c.results }
 
-// Updates delivers state updates.
+// Updates delivers state updates (from datagrams and the stream, in
+// arrival order; updates the caller does not take in time are dropped). It
+// is never closed: watch Done.
 func (c *Client) Updates() <-chan wire.StateUpdate { return c.updates }
 
 // Done is closed when the session ends; Err then says why.
@@ -143,7 +158,6 @@ func (c *Client) Close() error {
 func (c *Client) readLoop() {
 	defer close(c.done)
 	defer close(c.results)
-	defer close(c.updates)
 	buf := make([]byte, 0, 4096)
 	for {
 		frame, err := c.st.ReadFrame(buf[:0])
@@ -168,8 +182,36 @@ func (c *Client) readLoop() {
 			case c.updates <- m:
 			default:
 			}
+			c.streamUpdates.Add(1)
 		case wire.Goodbye:
 			c.err = fmt.Errorf("netcode: server said goodbye (%s): %s", transport.ErrorCode(m.Code), m.Reason)
+		}
+	}
+}
+
+// readDatagrams delivers the state updates that arrive as datagrams.
+func (c *Client) readDatagrams() {
+	ctx := c.conn.Context()
+	for {
+		b, err := c.conn.ReceiveDatagram(ctx)
+		if err != nil {
+			return
+		}
+		m, err := wire.DecodeSession(b)
+		if err != nil {
+			c.conn.CloseWithCode(transport.CodeProtocolError, "malformed datagram from server")
+			return
+		}
+		u, ok := m.(wire.StateUpdate)
+		if !ok {
+			c.conn.CloseWithCode(transport.CodeProtocolError, "unexpected datagram from server")
+			return
+		}
+		select {
+		case c.updates <- u:
+		case <-c.done:
+			return
+		default:
 		}
 	}
 }

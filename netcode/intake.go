@@ -46,6 +46,10 @@ type IntakeLimits struct {
 	// FloodFactor: a player whose refused commands within one second
 	// exceed FloodFactor times Rate is disconnected (default 4).
 	FloodFactor float64
+	// AckRate bounds the state acknowledgements a client may send per
+	// second (default 240, a burst of as many): a client acknowledges
+	// at most one per tick; far more is a flood.
+	AckRate rate.Limit
 }
 
 func (l *IntakeLimits) defaults() {
@@ -58,16 +62,22 @@ func (l *IntakeLimits) defaults() {
 	if l.FloodFactor <= 0 {
 		l.FloodFactor = 4
 	}
+	if l.AckRate <= 0 {
+		l.AckRate = 240
+	}
 }
 
 // Intake validates one player's command frames: it is the pure part of a
 // session, without I/O, so it can be tested and fuzzed directly. It is not
 // safe for concurrent use (one per connection).
 type Intake struct {
-	player  uint32
-	limits  IntakeLimits
-	limiter *rate.Limiter
-	lastSeq uint64
+	player    uint32
+	spectator bool
+	limits    IntakeLimits
+	limiter   *rate.Limiter
+	acks      *rate.Limiter
+	lastSeq   uint64
+	ackTick   uint64
 	// refused counts rate-limited commands in the current one-second
 	// window starting at windowStart.
 	refused     int
@@ -77,8 +87,13 @@ type Intake struct {
 // NewIntake returns the intake of an authenticated player.
 func NewIntake(player uint32, limits IntakeLimits) *Intake {
 	limits.defaults()
-	return &Intake{player: player, limits: limits, limiter: rate.NewLimiter(limits.Rate, limits.Burst)}
+	return &Intake{player: player, limits: limits, limiter: rate.NewLimiter(limits.Rate, limits.Burst),
+		acks: rate.NewLimiter(limits.AckRate, int(limits.AckRate))}
 }
+
+// Spectate makes the intake refuse commands: a spectator only
+// acknowledges state.
+func (in *Intake) Spectate() { in.spectator = true }
 
 // Verdict is what to do with one command frame.
 type Verdict struct {
@@ -89,6 +104,9 @@ type Verdict struct {
 	Refusal  wire.AckStatus // when Append is nil and Err is nil: tell the client
 	Err      error          // close the connection with CodeOf(Err)
 	Accepted bool
+	// StateAck, when non-zero, is a newer tick whose state the client
+	// holds (Append is nil).
+	StateAck uint64
 }
 
 // Frame judges one frame received at time now. frame is not retained.
@@ -96,13 +114,20 @@ func (in *Intake) Frame(frame []byte, now time.Time) Verdict {
 	switch wire.Identifier(frame) {
 	case wire.GameCommandIdentifier:
 	case wire.SessionIdentifier:
-		return Verdict{Err: fmt.Errorf("%w: session frame after hello", ErrProtocol)}
+		return in.session(frame, now)
 	default:
 		return Verdict{Err: fmt.Errorf("%w: unknown message type %q", ErrProtocol, wire.Identifier(frame))}
+	}
+	if in.spectator {
+		return Verdict{Err: fmt.Errorf("%w: a spectator sent a command", ErrProtocol)}
 	}
 	cmd, err := wire.DecodeGameCommand(frame)
 	if err != nil {
 		return Verdict{Err: fmt.Errorf("%w: %v", ErrProtocol, err)}
+	}
+	if cmd.Kind == wire.CommandAck {
+		// An acknowledgement of state, sent as a command: never logged.
+		return in.stateAck(cmd.AckTick, now)
 	}
 	if cmd.Player != 0 && cmd.Player != in.player {
 		return Verdict{Err: fmt.Errorf("%w: player %d sent a command for player %d", ErrImpersonation, in.player, cmd.Player)}
@@ -130,4 +155,29 @@ func (in *Intake) Frame(frame []byte, now time.Time) Verdict {
 		Payload:   frame,
 	})
 	return Verdict{Append: env, Command: cmd, Accepted: true}
+}
+
+// session judges a session frame after the hello: only state
+// acknowledgements are expected.
+func (in *Intake) session(frame []byte, now time.Time) Verdict {
+	m, err := wire.DecodeSession(frame)
+	if err != nil {
+		return Verdict{Err: fmt.Errorf("%w: %v", ErrProtocol, err)}
+	}
+	ack, ok := m.(wire.StateAck)
+	if !ok {
+		return Verdict{Err: fmt.Errorf("%w: unexpected %T after hello", ErrProtocol, m)}
+	}
+	return in.stateAck(ack.Tick, now)
+}
+
+func (in *Intake) stateAck(tick uint64, now time.Time) Verdict {
+	if !in.acks.AllowN(now, 1) {
+		return Verdict{Err: fmt.Errorf("%w: state acknowledgements above %.0f/s", ErrFlood, float64(in.limits.AckRate))}
+	}
+	if tick <= in.ackTick {
+		return Verdict{} // stale or repeated: nothing to do
+	}
+	in.ackTick = tick
+	return Verdict{StateAck: tick}
 }

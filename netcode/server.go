@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anoptic/broadside/netcode/transport"
@@ -48,6 +49,15 @@ type ServerConfig struct {
 	// MaxInflight caps a player's commands waiting for durability
 	// (default 64); beyond it the player's stream is not read.
 	MaxInflight int
+	// State, if set, encodes the world's state for each client; Publish
+	// then sends every session the state of a tick (see Publish).
+	State StateSource
+	// SpectatorDelay is how many ticks behind the players spectators see
+	// the world (default 0).
+	SpectatorDelay uint64
+	// MaxDeltaTicks is the oldest acknowledged tick a delta may be based
+	// on (default 60); a client further behind gets a full state.
+	MaxDeltaTicks uint64
 	// HandshakeTimeout bounds the wait for Hello (default 5s).
 	HandshakeTimeout time.Duration
 	// Now is the clock for token expiry and rate limits (default time.Now).
@@ -61,13 +71,27 @@ type ServerConfig struct {
 // player's connection is closed with an application error code; others are
 // unaffected.
 type Server struct {
-	cfg     ServerConfig
-	ep      *transport.Endpoint
-	log     *slog.Logger
-	metrics serverMetrics
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	players map[uint32]*session
+	cfg      ServerConfig
+	ep       *transport.Endpoint
+	log      *slog.Logger
+	metrics  serverMetrics
+	wg       sync.WaitGroup
+	draining atomic.Bool
+	mu       sync.Mutex
+	players  map[uint32]*session
+	watchers map[*session]struct{} // spectators
+	applied  map[uint32]uint64     // last client sequence applied, per player
+	state    []byte                // Publish's scratch
+}
+
+// StateSource is the game's side of the state fan-out: it keeps the
+// state of recent ticks and encodes what a client sees.
+type StateSource interface {
+	// EncodeState appends to dst the state of tick as viewer sees it (a
+	// player id; 0 for a spectator) as a delta against base, a tick that
+	// viewer acknowledged (0: a full state). ok is false if tick, or base
+	// (then the caller asks again with base 0), is no longer held.
+	EncodeState(dst []byte, viewer uint32, tick, base uint64) (out []byte, ok bool)
 }
 
 type serverMetrics struct {
@@ -75,12 +99,19 @@ type serverMetrics struct {
 	closed   *prometheus.CounterVec
 	commands *prometheus.CounterVec
 	ackDelay prometheus.Histogram
+	updates  *prometheus.CounterVec
+	upBytes  prometheus.Histogram
 }
 
 type session struct {
-	conn   *transport.Conn
-	st     *transport.Stream
-	claims Claims
+	conn      *transport.Conn
+	st        *transport.Stream
+	claims    Claims
+	spectator bool
+	ackTick   atomic.Uint64
+	// stateOut holds the newest state update too large for a datagram;
+	// the session's state writer sends it on the stream.
+	stateOut chan []byte
 }
 
 // NewServer opens the player endpoint.
@@ -100,6 +131,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxDeltaTicks == 0 {
+		cfg.MaxDeltaTicks = 60
+	}
 	if cfg.Tick == nil {
 		cfg.Tick = func() uint64 { return 0 }
 	}
@@ -115,7 +149,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	cfg.Limits.defaults()
 	ep, err := transport.NewEndpoint(transport.Config{
 		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.TLS, ALPN: []string{ALPN},
-		MaxFrameSize: MaxPlayerFrame, EnableDatagrams: true, Logger: cfg.Logger,
+		MaxFrameSize: MaxPlayerFrame, MaxWriteFrameSize: wire.MaxSessionFrameSize, EnableDatagrams: true, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -124,7 +158,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		ep.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger, players: map[uint32]*session{}}
+	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger, players: map[uint32]*session{},
+		watchers: map[*session]struct{}{}, applied: map[uint32]uint64{}}
 	s.metrics = serverMetrics{
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions", Help: "Open player sessions."}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions_closed_total",
@@ -133,8 +168,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			Help: "Player commands by outcome (durable, rate_limited, failed)."}, []string{"outcome"}),
 		ackDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "command_durable_seconds",
 			Help: "Command received to durable in the log.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "state_updates_total",
+			Help: "State updates sent, by path (datagram, stream) and kind (delta, full), or dropped."}, []string{"path", "kind"}),
+		upBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "state_update_bytes",
+			Help: "Size of state update frames.", Buckets: prometheus.ExponentialBuckets(64, 2, 12)}),
 	}
-	cfg.Registry.MustRegister(s.metrics.sessions, s.metrics.closed, s.metrics.commands, s.metrics.ackDelay)
+	cfg.Registry.MustRegister(s.metrics.sessions, s.metrics.closed, s.metrics.commands, s.metrics.ackDelay, s.metrics.updates, s.metrics.upBytes)
 	return s, nil
 }
 
@@ -208,13 +247,22 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		st.Flush()
 		return err
 	}
-	sess := &session{conn: conn, st: st, claims: claims}
-	s.mu.Lock()
-	if old := s.players[claims.PlayerID]; old != nil {
-		// A player reconnecting replaces its older connection.
-		old.conn.CloseWithCode(transport.CodeNormal, "replaced by a newer connection")
+	if s.draining.Load() {
+		st.WriteFrame(wire.EncodeSession(nil, wire.Goodbye{Code: uint64(transport.CodeNormal), Reason: "server shutting down"}))
+		st.Flush()
+		return nil
 	}
-	s.players[claims.PlayerID] = sess
+	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, stateOut: make(chan []byte, 1)}
+	s.mu.Lock()
+	if sess.spectator {
+		s.watchers[sess] = struct{}{}
+	} else {
+		if old := s.players[claims.PlayerID]; old != nil {
+			// A player reconnecting replaces its older connection.
+			old.conn.CloseWithCode(transport.CodeNormal, "replaced by a newer connection")
+		}
+		s.players[claims.PlayerID] = sess
+	}
 	s.mu.Unlock()
 	s.metrics.sessions.Inc()
 	defer func() {
@@ -222,14 +270,18 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		if s.players[claims.PlayerID] == sess {
 			delete(s.players, claims.PlayerID)
 		}
+		delete(s.watchers, sess)
 		s.mu.Unlock()
 		s.metrics.sessions.Dec()
 	}()
+	wctx, stopWriter := context.WithCancel(ctx)
+	defer stopWriter()
+	go sess.writeState(wctx)
 	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Welcome{PlayerID: claims.PlayerID, Player: claims.Player,
 		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate)})); err != nil {
 		return err
 	}
-	s.log.Info("player joined", "player", claims.Player, "id", claims.PlayerID, "remote", conn.RemoteAddr().String())
+	s.log.Info("player joined", "player", claims.Player, "id", claims.PlayerID, "spectator", sess.spectator, "remote", conn.RemoteAddr().String())
 	return s.intake(ctx, sess)
 }
 
@@ -237,6 +289,9 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 // flight) and acknowledges each when durable.
 func (s *Server) intake(ctx context.Context, sess *session) error {
 	in := NewIntake(sess.claims.PlayerID, s.cfg.Limits)
+	if sess.spectator {
+		in.Spectate()
+	}
 	slots := make(chan struct{}, s.cfg.MaxInflight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -258,6 +313,14 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 		switch {
 		case v.Err != nil:
 			return v.Err
+		case v.StateAck != 0:
+			sess.ackTick.Store(v.StateAck)
+			continue
+		case v.Append == nil && v.Refusal == 0 && !v.Accepted:
+			continue // nothing to do (a stale state acknowledgement)
+		case s.draining.Load():
+			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: wire.AckInvalid}))
+			continue
 		case !v.Accepted:
 			s.metrics.commands.WithLabelValues("rate_limited").Inc()
 			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: v.Refusal}))
@@ -283,3 +346,105 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 		}(v.Command.Seq, v.Append)
 	}
 }
+
+// writeState sends the state updates queued in stateOut on the session's
+// stream until ctx ends; a slow client only delays its own updates (a
+// newer one replaces a queued one).
+func (sess *session) writeState(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case frame := <-sess.stateOut:
+			if err := sess.st.WriteFrame(frame); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// NoteApplied records that the command seq of player was applied (it was
+// an input of a tick): state updates tell the player so, so that it can
+// reconcile its predictions. Call it in log order, before Publish of the
+// tick.
+func (s *Server) NoteApplied(player uint32, seq uint64) {
+	s.mu.Lock()
+	if seq > s.applied[player] {
+		s.applied[player] = seq
+	}
+	s.mu.Unlock()
+}
+
+// Publish sends every session the state of tick (spectators: of tick minus
+// SpectatorDelay): a delta against the last tick the client acknowledged,
+// as a datagram when it fits, else on its stream. Call it from one
+// goroutine, once per tick, after the game's StateSource holds tick.
+func (s *Server) Publish(tick uint64) {
+	if s.cfg.State == nil {
+		return
+	}
+	type target struct {
+		sess    *session
+		applied uint64
+	}
+	s.mu.Lock()
+	targets := make([]target, 0, len(s.players)+len(s.watchers))
+	for _, sess := range s.players {
+		targets = append(targets, target{sess, s.applied[sess.claims.PlayerID]})
+	}
+	for sess := range s.watchers {
+		targets = append(targets, target{sess: sess})
+	}
+	s.mu.Unlock()
+	for _, tg := range targets {
+		sess, t, viewer := tg.sess, tick, tg.sess.claims.PlayerID
+		if sess.spectator {
+			if tick <= s.cfg.SpectatorDelay {
+				continue
+			}
+			t, viewer = tick-s.cfg.SpectatorDelay, 0
+		}
+		base := sess.ackTick.Load()
+		if base >= t || t-base > s.cfg.MaxDeltaTicks {
+			base = 0
+		}
+		payload, ok := s.cfg.State.EncodeState(s.state[:0], viewer, t, base)
+		if !ok && base != 0 {
+			base = 0
+			payload, ok = s.cfg.State.EncodeState(s.state[:0], viewer, t, 0)
+		}
+		if !ok {
+			continue
+		}
+		s.state = payload
+		kind := "delta"
+		if base == 0 {
+			kind = "full"
+		}
+		frame := wire.EncodeSession(nil, wire.StateUpdate{Tick: t, BaseTick: base, LastAppliedSeq: tg.applied, Payload: payload})
+		s.metrics.upBytes.Observe(float64(len(frame)))
+		if len(frame) <= transport.MaxDatagramSize && sess.conn.DatagramsEnabled() {
+			if err := sess.conn.SendDatagram(frame); err != nil {
+				s.metrics.updates.WithLabelValues("datagram", "dropped").Inc()
+				continue
+			}
+			s.metrics.updates.WithLabelValues("datagram", kind).Inc()
+			continue
+		}
+		select {
+		case <-sess.stateOut: // replace an update the client did not take yet
+			s.metrics.updates.WithLabelValues("stream", "dropped").Inc()
+		default:
+		}
+		select {
+		case sess.stateOut <- frame:
+			s.metrics.updates.WithLabelValues("stream", kind).Inc()
+		default:
+		}
+	}
+}
+
+// Drain stops intake: new sessions are turned away and commands refused
+// (status Invalid), while commands already accepted finish their appends.
+// Serve keeps running until its context ends.
+func (s *Server) Drain() { s.draining.Store(true) }

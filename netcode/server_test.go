@@ -47,6 +47,11 @@ type testServer struct {
 
 func startServer(t *testing.T, limits IntakeLimits) *testServer {
 	t.Helper()
+	return startServerWith(t, ServerConfig{Limits: limits})
+}
+
+func startServerWith(t *testing.T, cfg ServerConfig) *testServer {
+	t.Helper()
 	ca, err := transport.NewDevCA()
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +61,8 @@ func startServer(t *testing.T, limits IntakeLimits) *testServer {
 		t.Fatal(err)
 	}
 	ml := &memLog{}
-	srv, err := NewServer(ServerConfig{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: testSecret, Log: ml, Limits: limits})
+	cfg.ListenAddr, cfg.TLS, cfg.Secret, cfg.Log = "127.0.0.1:0", stls, testSecret, ml
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,12 @@ type TickInfo struct {
 	// Gap is true for a tick stepped with no input because the log's next
 	// marker skipped it.
 	Gap bool
+	// Commands are the tick's inputs and Sim the shard's sim after the
+	// step; both may be read only during the Observer call (the runner
+	// reuses the commands and steps the sim right after). A game server
+	// copies what its clients need from them.
+	Commands []Command
+	Sim      Sim
 }
 
 // SnapshotConfig makes a Runner snapshot its sim (which must be a
@@ -547,7 +553,8 @@ func (r *Runner) step(ctx context.Context, tick uint64, cmds []Command, pos uint
 	}
 	hash := r.sim.Hash()
 	r.cp.Tick, r.cp.Pos = tick, pos
-	info := TickInfo{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, Inputs: len(cmds), Outputs: len(outs), Step: stepDur, Gap: gap}
+	info := TickInfo{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, Inputs: len(cmds), Outputs: len(outs), Step: stepDur, Gap: gap,
+		Commands: cmds, Sim: r.sim}
 
 	for _, o := range outs {
 		if len(o.Payload) > wire.MaxEnvelopeSize-256 {

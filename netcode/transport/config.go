@@ -40,6 +40,9 @@ type Config struct {
 	// MaxFrameSize limits frame payloads read and written on streams;
 	// 0 means DefaultMaxFrameSize (4 MiB). Both ends should agree.
 	MaxFrameSize int
+	// MaxWriteFrameSize, if set, is the limit on frames written instead
+	// (a game server reads small commands but writes large state).
+	MaxWriteFrameSize int
 
 	// HandshakeTimeout bounds the QUIC handshake (idle time; the whole
 	// handshake may take twice as long). 0 means quic-go's 5 s.
@@ -106,8 +109,14 @@ func (c Config) settings() (*settings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: config: %w", err)
 	}
+	maxWrite := maxFrame
+	if c.MaxWriteFrameSize != 0 {
+		if maxWrite, err = checkMaxFrameSize(c.MaxWriteFrameSize); err != nil {
+			return nil, fmt.Errorf("transport: config: write limit: %w", err)
+		}
+	}
 	s := &settings{Config: c, logger: c.Logger}
-	s.MaxFrameSize = maxFrame
+	s.MaxFrameSize, s.MaxWriteFrameSize = maxFrame, maxWrite
 	if s.ListenAddr == "" {
 		s.ListenAddr = ":0"
 	}

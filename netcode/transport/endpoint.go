@@ -195,7 +195,7 @@ func (e *Endpoint) resolve(ctx context.Context, addr string) (*net.UDPAddr, erro
 // track wraps an established connection and registers it for Close.
 func (e *Endpoint) track(qc *quic.Conn) (*Conn, error) {
 	dg := qc.ConnectionState().SupportsDatagrams
-	c := &Conn{qc: qc, maxFrame: e.cfg.MaxFrameSize, datagrams: dg.Local && dg.Remote}
+	c := &Conn{qc: qc, maxFrame: e.cfg.MaxFrameSize, maxWrite: e.cfg.MaxWriteFrameSize, datagrams: dg.Local && dg.Remote}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -278,6 +278,7 @@ func (e *Endpoint) close() error {
 type Conn struct {
 	qc        *quic.Conn
 	maxFrame  int
+	maxWrite  int
 	datagrams bool // both sides negotiated datagram support
 }
 

@@ -27,7 +27,7 @@ func newStream(qs *quic.Stream, c *Conn) *Stream {
 		qs:   qs,
 		conn: c,
 		r:    NewFrameReader(qs, c.maxFrame),
-		w:    NewFrameWriter(qs, c.maxFrame),
+		w:    NewFrameWriter(qs, c.maxWrite),
 	}
 }
 

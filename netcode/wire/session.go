@@ -31,7 +31,8 @@ func Identifier(b []byte) string {
 	return string(b[4:8])
 }
 
-// SessionMessage is one of Hello, Welcome, CommandResult, StateUpdate, Goodbye.
+// SessionMessage is one of Hello, Welcome, CommandResult, StateUpdate,
+// StateAck, Goodbye.
 type SessionMessage interface{ sessionBody() fb.SessionBody }
 
 // Hello is a client's first frame.
@@ -76,6 +77,11 @@ type StateUpdate struct {
 	Payload        []byte
 }
 
+// StateAck tells the server the client holds the state of Tick.
+type StateAck struct {
+	Tick uint64
+}
+
 // Goodbye says why the server closes a session.
 type Goodbye struct {
 	Code   uint64
@@ -87,6 +93,7 @@ func (Welcome) sessionBody() fb.SessionBody       { return fb.SessionBodyWelcome
 func (CommandResult) sessionBody() fb.SessionBody { return fb.SessionBodyCommandAck }
 func (StateUpdate) sessionBody() fb.SessionBody   { return fb.SessionBodyStateUpdate }
 func (Goodbye) sessionBody() fb.SessionBody       { return fb.SessionBodyGoodbye }
+func (StateAck) sessionBody() fb.SessionBody      { return fb.SessionBodyStateAck }
 
 // EncodeSession appends the encoding of m to dst.
 func EncodeSession(dst []byte, m SessionMessage) []byte {
@@ -125,6 +132,10 @@ func EncodeSession(dst []byte, m SessionMessage) []byte {
 		fb.StateUpdateAddLastAppliedSeq(b, m.LastAppliedSeq)
 		fb.StateUpdateAddPayload(b, payload)
 		body = fb.StateUpdateEnd(b)
+	case StateAck:
+		fb.StateAckStart(b)
+		fb.StateAckAddTick(b, m.Tick)
+		body = fb.StateAckEnd(b)
 	case Goodbye:
 		reason := b.CreateString(m.Reason)
 		fb.GoodbyeStart(b)
@@ -140,7 +151,7 @@ func EncodeSession(dst []byte, m SessionMessage) []byte {
 	return finish(dst, b, fb.SessionFrameEnd(b), sessionIdent)
 }
 
-var sessionBodyNames = []string{"NONE", "Hello", "Welcome", "CommandAck", "StateUpdate", "Goodbye"}
+var sessionBodyNames = []string{"NONE", "Hello", "Welcome", "CommandAck", "StateUpdate", "Goodbye", "StateAck"}
 
 // VerifySession verifies buf as a SessionFrame (session.fbs) with a body
 // of a known type.
@@ -167,6 +178,8 @@ func VerifySession(buf []byte) error {
 		err = firstError(t.Field(0, 8, 8), t.Field(1, 8, 8), t.Field(2, 8, 8), vector(t, 3, 1))
 	case fb.SessionBodyGoodbye:
 		err = firstError(t.Field(0, 8, 8), stringField(t, 1))
+	case fb.SessionBodyStateAck:
+		err = t.Field(0, 8, 8)
 	}
 	if err != nil {
 		return fmt.Errorf("wire: %w", err)
@@ -233,6 +246,10 @@ func DecodeSession(b []byte) (SessionMessage, error) {
 		x.Init(tab.Bytes, tab.Pos)
 		reason, err := str(x.Reason())
 		return Goodbye{Code: x.Code(), Reason: reason}, err
+	case fb.SessionBodyStateAck:
+		var x fb.StateAck
+		x.Init(tab.Bytes, tab.Pos)
+		return StateAck{Tick: x.Tick()}, nil
 	}
 	return nil, fmt.Errorf("wire: SessionFrame: unknown body: %w", ErrMalformed)
 }

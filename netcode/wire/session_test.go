@@ -16,6 +16,7 @@ var sessionSamples = []SessionMessage{
 	StateUpdate{Tick: 100, BaseTick: 98, LastAppliedSeq: 12, Payload: []byte{1, 2, 3}},
 	StateUpdate{Tick: 1},
 	Goodbye{Code: 0x103, Reason: "rate limited"},
+	StateAck{Tick: 12345},
 }
 
 func TestSessionRoundTrip(t *testing.T) {

@@ -13,6 +13,7 @@ const (
 	SessionBodyCommandAck  SessionBody = 3
 	SessionBodyStateUpdate SessionBody = 4
 	SessionBodyGoodbye     SessionBody = 5
+	SessionBodyStateAck    SessionBody = 6
 )
 
 var EnumNamesSessionBody = map[SessionBody]string{
@@ -22,6 +23,7 @@ var EnumNamesSessionBody = map[SessionBody]string{
 	SessionBodyCommandAck:  "CommandAck",
 	SessionBodyStateUpdate: "StateUpdate",
 	SessionBodyGoodbye:     "Goodbye",
+	SessionBodyStateAck:    "StateAck",
 }
 
 var EnumValuesSessionBody = map[string]SessionBody{
@@ -31,6 +33,7 @@ var EnumValuesSessionBody = map[string]SessionBody{
 	"CommandAck":  SessionBodyCommandAck,
 	"StateUpdate": SessionBodyStateUpdate,
 	"Goodbye":     SessionBodyGoodbye,
+	"StateAck":    SessionBodyStateAck,
 }
 
 func (v SessionBody) String() string {

@@ -1,0 +1,686 @@
+package broadside
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/anoptic/broadside/lineage"
+)
+
+// State for clients. A server sends each client, every tick, the part of
+// the world around its ship (its interest) as a delta against a tick the
+// client acknowledged; spectators get the whole world. Frame is that state
+// on both sides: the server builds one per tick from its sectors, a client
+// rebuilds its own partial Frames with ApplyDelta.
+//
+// Payload format (version 1), all integers varints (signed ones zigzag):
+//
+//	0x01 version
+//	removed ships: count, then ids as increasing deltas
+//	ships: count, then per ship: id delta, mask, and the fields the mask
+//	       names (shipFull: every field absolute; else differences to the
+//	       base)
+//	removed balls: count, ids as increasing deltas
+//	new balls: count, then per ball: id delta, owner, sector, x, y, vx,
+//	       vy, age, lifetime
+//
+// A ship or ball in both the base and the update that is not mentioned
+// carries over: a ship unchanged (reload countdowns run down by the ticks
+// elapsed), a ball moved along its velocity. A ball that does not follow
+// its straight flight is removed and sent again.
+
+const stateFormat = 1
+
+// DefaultInterestRadius is the size of the interest cells: a player sees
+// the 3 × 3 cells of this size around its ship (balls carry about 300 m).
+const DefaultInterestRadius = 600_000
+
+// Limits on what ApplyDelta accepts.
+const (
+	maxStateShips = 1 << 16
+	maxStateBalls = 1 << 18
+)
+
+// ErrBadState is wrapped by every error of ApplyDelta.
+var ErrBadState = errors.New("broadside: malformed state update")
+
+// Ship field groups of a delta's mask.
+const (
+	shipFull     = 1 << 0
+	shipPos      = 1 << 1
+	shipHeading  = 1 << 2
+	shipSpeed    = 1 << 3
+	shipHull     = 1 << 4
+	shipOrders   = 1 << 5
+	shipReload   = 1 << 6
+	shipIdentity = 1 << 7
+)
+
+// Frame is the client-visible state of a world (or of one client's part
+// of it) at a tick: ships and balls sorted by id. A Frame is immutable once
+// sealed (server side) or returned by ApplyDelta (client side).
+type Frame struct {
+	Tick  uint64
+	Ships []ShipView
+	Balls []BallView
+
+	// Server side: interest cells and where each player's ship is (or
+	// was last seen, while it sails between sectors).
+	cell    int64
+	shipsIn map[[2]int64][]int32
+	ballsIn map[[2]int64][]int32
+	anchors map[uint32][2]int64
+}
+
+// NewFrame returns an empty frame of tick for the server side: add the
+// sectors, then Seal.
+func NewFrame(tick uint64) *Frame { return &Frame{Tick: tick} }
+
+// AddSector copies the ships and balls of s into f.
+func (f *Frame) AddSector(s *Sector) {
+	s.Ships(func(v ShipView) { f.Ships = append(f.Ships, v) })
+	s.Balls(func(v BallView) { f.Balls = append(f.Balls, v) })
+}
+
+// Seal sorts f, indexes it for interest queries with cells of radius
+// millimetres, and carries over from prev (may be nil) where the players
+// whose ships are between sectors were last seen.
+func (f *Frame) Seal(prev *Frame, radius int64) {
+	if radius <= 0 {
+		radius = DefaultInterestRadius
+	}
+	slices.SortFunc(f.Ships, func(a, b ShipView) int { return cmpID(a.ID, b.ID) })
+	slices.SortFunc(f.Balls, func(a, b BallView) int { return cmpID(a.ID, b.ID) })
+	f.cell = radius
+	f.shipsIn = map[[2]int64][]int32{}
+	f.ballsIn = map[[2]int64][]int32{}
+	f.anchors = make(map[uint32][2]int64, len(f.Ships))
+	for i, v := range f.Ships {
+		c := f.cellOf(v.X, v.Y)
+		f.shipsIn[c] = append(f.shipsIn[c], int32(i))
+		f.anchors[v.Player] = c
+	}
+	for i, v := range f.Balls {
+		c := f.cellOf(v.X, v.Y)
+		f.ballsIn[c] = append(f.ballsIn[c], int32(i))
+	}
+	if prev != nil {
+		for p, c := range prev.anchors {
+			if _, ok := f.anchors[p]; !ok {
+				f.anchors[p] = c
+			}
+		}
+	}
+}
+
+func (f *Frame) cellOf(x, y int32) [2]int64 {
+	return [2]int64{floorDiv(int64(x), f.cell), floorDiv(int64(y), f.cell)}
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func cmpID(a, b lineage.EntityID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// interest appends to ships and balls the indexes (increasing) of what
+// viewer sees in f: everything for viewer 0 (a spectator), else the 3 × 3
+// cells around its ship.
+func (f *Frame) interest(viewer uint32, ships, balls []int32) ([]int32, []int32) {
+	if viewer == 0 {
+		for i := range f.Ships {
+			ships = append(ships, int32(i))
+		}
+		for i := range f.Balls {
+			balls = append(balls, int32(i))
+		}
+		return ships, balls
+	}
+	c, ok := f.anchors[viewer]
+	if !ok {
+		return ships, balls
+	}
+	s0, b0 := len(ships), len(balls)
+	for dx := int64(-1); dx <= 1; dx++ {
+		for dy := int64(-1); dy <= 1; dy++ {
+			k := [2]int64{c[0] + dx, c[1] + dy}
+			ships = append(ships, f.shipsIn[k]...)
+			balls = append(balls, f.ballsIn[k]...)
+		}
+	}
+	slices.Sort(ships[s0:])
+	slices.Sort(balls[b0:])
+	return ships, balls
+}
+
+// View returns what viewer sees of f, as a client rebuilds it.
+func (f *Frame) View(viewer uint32) *Frame {
+	si, bi := f.interest(viewer, nil, nil)
+	out := &Frame{Tick: f.Tick, Ships: make([]ShipView, 0, len(si)), Balls: make([]BallView, 0, len(bi))}
+	for _, i := range si {
+		out.Ships = append(out.Ships, f.Ships[i])
+	}
+	for _, i := range bi {
+		out.Balls = append(out.Balls, f.Balls[i])
+	}
+	return out
+}
+
+// Ship returns the view of player's ship in f.
+func (f *Frame) Ship(player uint32) (ShipView, bool) {
+	for _, v := range f.Ships {
+		if v.Player == player {
+			return v, true
+		}
+	}
+	return ShipView{}, false
+}
+
+// StateEncoder encodes deltas between sealed frames. It keeps scratch
+// space, so it is not safe for concurrent use; one per fan-out goroutine.
+type StateEncoder struct {
+	curS, curB, baseS, baseB []int32
+}
+
+// Encode appends to dst what viewer (a player id; 0 for a spectator) needs
+// to go from its view of base (nil: nothing, a full update) to its view of
+// cur. Both frames must be sealed, base older than cur.
+func (e *StateEncoder) Encode(dst []byte, cur, base *Frame, viewer uint32) []byte {
+	e.curS, e.curB = cur.interest(viewer, e.curS[:0], e.curB[:0])
+	e.baseS, e.baseB = e.baseS[:0], e.baseB[:0]
+	var dt uint64
+	if base != nil {
+		e.baseS, e.baseB = base.interest(viewer, e.baseS, e.baseB)
+		dt = cur.Tick - base.Tick
+	}
+	dst = append(dst, stateFormat)
+
+	// Ships: removals, then changes.
+	var removed []lineage.EntityID
+	var i, j int
+	for i < len(e.baseS) || j < len(e.curS) {
+		switch {
+		case j == len(e.curS) || (i < len(e.baseS) && base.Ships[e.baseS[i]].ID < cur.Ships[e.curS[j]].ID):
+			removed = append(removed, base.Ships[e.baseS[i]].ID)
+			i++
+		case i == len(e.baseS) || cur.Ships[e.curS[j]].ID < base.Ships[e.baseS[i]].ID:
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	dst = appendIDs(dst, removed)
+	countAt := len(dst)
+	dst = append(dst, 0, 0, 0) // ship count placeholder: 3-byte varint
+	var n int
+	var prev lineage.EntityID
+	i = 0
+	for _, cj := range e.curS {
+		v := cur.Ships[cj]
+		for i < len(e.baseS) && base.Ships[e.baseS[i]].ID < v.ID {
+			i++
+		}
+		if i < len(e.baseS) && base.Ships[e.baseS[i]].ID == v.ID {
+			b := base.Ships[e.baseS[i]]
+			mask := shipMask(v, b, dt)
+			if mask == 0 {
+				continue
+			}
+			dst = binary.AppendUvarint(dst, uint64(v.ID-prev))
+			dst = appendShipDiff(dst, mask, v, b)
+		} else {
+			dst = binary.AppendUvarint(dst, uint64(v.ID-prev))
+			dst = appendShipDiff(dst, shipFull, v, ShipView{})
+		}
+		prev = v.ID
+		n++
+	}
+	putVarint3(dst[countAt:], uint64(n))
+
+	// Balls: a ball that keeps to its flight carries over; any other
+	// change is a removal and a new ball.
+	removed = removed[:0]
+	var added []int32
+	i, j = 0, 0
+	for i < len(e.baseB) || j < len(e.curB) {
+		switch {
+		case j == len(e.curB) || (i < len(e.baseB) && base.Balls[e.baseB[i]].ID < cur.Balls[e.curB[j]].ID):
+			removed = append(removed, base.Balls[e.baseB[i]].ID)
+			i++
+		case i == len(e.baseB) || cur.Balls[e.curB[j]].ID < base.Balls[e.baseB[i]].ID:
+			added = append(added, e.curB[j])
+			j++
+		default:
+			b, c := base.Balls[e.baseB[i]], cur.Balls[e.curB[j]]
+			if flown(b, dt) != c {
+				removed = append(removed, b.ID)
+				added = append(added, e.curB[j])
+			}
+			i++
+			j++
+		}
+	}
+	dst = appendIDs(dst, removed)
+	dst = binary.AppendUvarint(dst, uint64(len(added)))
+	prev = 0
+	for _, k := range added {
+		v := cur.Balls[k]
+		dst = binary.AppendUvarint(dst, uint64(v.ID-prev))
+		prev = v.ID
+		dst = binary.AppendUvarint(dst, uint64(v.Owner))
+		dst = binary.AppendUvarint(dst, uint64(v.Sector))
+		dst = binary.AppendVarint(dst, int64(v.X))
+		dst = binary.AppendVarint(dst, int64(v.Y))
+		dst = binary.AppendVarint(dst, int64(v.VX))
+		dst = binary.AppendVarint(dst, int64(v.VY))
+		dst = binary.AppendUvarint(dst, uint64(v.Age))
+		dst = binary.AppendUvarint(dst, uint64(v.Lifetime))
+	}
+	return dst
+}
+
+// putVarint3 writes v (< 2^21) as a 3-byte uvarint.
+func putVarint3(b []byte, v uint64) {
+	b[0] = byte(v) | 0x80
+	b[1] = byte(v>>7) | 0x80
+	b[2] = byte(v >> 14)
+}
+
+func appendIDs(dst []byte, ids []lineage.EntityID) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ids)))
+	var prev lineage.EntityID
+	for _, id := range ids {
+		dst = binary.AppendUvarint(dst, uint64(id-prev))
+		prev = id
+	}
+	return dst
+}
+
+// carried is the ship b after dt ticks with no news: its reloads run down.
+func carried(b ShipView, dt uint64) ShipView {
+	run := func(r uint32) uint32 {
+		if uint64(r) <= dt {
+			return 0
+		}
+		return r - uint32(dt)
+	}
+	b.PortReload, b.StarboardReload = run(b.PortReload), run(b.StarboardReload)
+	return b
+}
+
+// flown is the ball b after dt ticks of straight flight.
+func flown(b BallView, dt uint64) BallView {
+	b.X += b.VX * int32(dt)
+	b.Y += b.VY * int32(dt)
+	b.Age += uint32(dt)
+	return b
+}
+
+func shipMask(v, b ShipView, dt uint64) uint8 {
+	b = carried(b, dt)
+	var m uint8
+	if v.X != b.X || v.Y != b.Y {
+		m |= shipPos
+	}
+	if v.Heading != b.Heading {
+		m |= shipHeading
+	}
+	if v.Speed != b.Speed {
+		m |= shipSpeed
+	}
+	if v.Hull != b.Hull || v.Sunk != b.Sunk {
+		m |= shipHull
+	}
+	if v.Throttle != b.Throttle || v.Rudder != b.Rudder {
+		m |= shipOrders
+	}
+	if v.PortReload != b.PortReload || v.StarboardReload != b.StarboardReload {
+		m |= shipReload
+	}
+	if v.Player != b.Player || v.Sector != b.Sector {
+		m |= shipIdentity
+	}
+	return m
+}
+
+// appendShipDiff writes mask and the fields it names: absolute values for
+// shipFull, else differences to b (positions, heading, speed) or new values.
+func appendShipDiff(dst []byte, mask uint8, v, b ShipView) []byte {
+	dst = append(dst, mask)
+	if mask&shipFull != 0 {
+		mask = 0xFE
+		b = ShipView{}
+	}
+	if mask&shipIdentity != 0 {
+		dst = binary.AppendUvarint(dst, uint64(v.Player))
+		dst = binary.AppendUvarint(dst, uint64(v.Sector))
+	}
+	if mask&shipPos != 0 {
+		dst = binary.AppendVarint(dst, int64(v.X)-int64(b.X))
+		dst = binary.AppendVarint(dst, int64(v.Y)-int64(b.Y))
+	}
+	if mask&shipHeading != 0 {
+		dst = binary.AppendVarint(dst, int64(int16(v.Heading-b.Heading)))
+	}
+	if mask&shipSpeed != 0 {
+		dst = binary.AppendVarint(dst, int64(v.Speed)-int64(b.Speed))
+	}
+	if mask&shipHull != 0 {
+		dst = binary.AppendVarint(dst, int64(v.Hull))
+		sunk := byte(0)
+		if v.Sunk {
+			sunk = 1
+		}
+		dst = append(dst, sunk)
+	}
+	if mask&shipOrders != 0 {
+		dst = append(dst, byte(v.Throttle), byte(v.Rudder))
+	}
+	if mask&shipReload != 0 {
+		dst = binary.AppendUvarint(dst, uint64(v.PortReload))
+		dst = binary.AppendUvarint(dst, uint64(v.StarboardReload))
+	}
+	return dst
+}
+
+// stateReader decodes a payload; the first error sticks.
+type stateReader struct {
+	b   []byte
+	err error
+}
+
+func (r *stateReader) fail(format string, a ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", ErrBadState, fmt.Sprintf(format, a...))
+	}
+}
+
+func (r *stateReader) uvarint(max uint64) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("truncated varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	if v > max {
+		r.fail("value %d exceeds %d", v, max)
+		return 0
+	}
+	return v
+}
+
+func (r *stateReader) varint(lo, hi int64) int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("truncated varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	if v < lo || v > hi {
+		r.fail("value %d outside [%d, %d]", v, lo, hi)
+		return 0
+	}
+	return v
+}
+
+func (r *stateReader) byte1() byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.fail("truncated")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *stateReader) ids(max int) []lineage.EntityID {
+	n := int(r.uvarint(uint64(max)))
+	ids := make([]lineage.EntityID, 0, min(n, len(r.b)))
+	var prev lineage.EntityID
+	for k := 0; k < n && r.err == nil; k++ {
+		d := r.uvarint(1<<63 - 1)
+		if k > 0 && d == 0 || uint64(prev)+d < uint64(prev) {
+			r.fail("ids not increasing")
+		}
+		prev += lineage.EntityID(d)
+		ids = append(ids, prev)
+	}
+	return ids
+}
+
+// ApplyDelta rebuilds the frame of tick from base (the client's frame of
+// an earlier tick; nil for a full update) and a payload from
+// StateEncoder.Encode. It validates everything: a malformed payload, or one
+// that does not fit base, returns an error wrapping ErrBadState.
+func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
+	r := &stateReader{b: payload}
+	if v := r.byte1(); r.err == nil && v != stateFormat {
+		return nil, fmt.Errorf("%w: format %d, want %d", ErrBadState, v, stateFormat)
+	}
+	var dt uint64
+	var baseShips []ShipView
+	var baseBalls []BallView
+	if base != nil {
+		if tick <= base.Tick {
+			return nil, fmt.Errorf("%w: tick %d is not after base tick %d", ErrBadState, tick, base.Tick)
+		}
+		dt = tick - base.Tick
+		baseShips, baseBalls = base.Ships, base.Balls
+	}
+	out := &Frame{Tick: tick}
+
+	removed := r.ids(maxStateShips)
+	n := int(r.uvarint(maxStateShips))
+	ships := make([]ShipView, 0, min(n, len(r.b)))
+	var prev lineage.EntityID
+	bi := 0
+	for k := 0; k < n && r.err == nil; k++ {
+		d := r.uvarint(1<<63 - 1)
+		if k > 0 && d == 0 || uint64(prev)+d < uint64(prev) {
+			r.fail("ship ids not increasing")
+			break
+		}
+		prev += lineage.EntityID(d)
+		mask := r.byte1()
+		var b ShipView
+		for bi < len(baseShips) && baseShips[bi].ID < prev {
+			bi++
+		}
+		if mask&shipFull != 0 {
+			if mask != shipFull {
+				r.fail("full ship with other mask bits")
+				break
+			}
+			mask = 0xFE
+		} else {
+			if bi == len(baseShips) || baseShips[bi].ID != prev {
+				r.fail("change to ship %d not in the base", prev)
+				break
+			}
+			b = carried(baseShips[bi], dt)
+		}
+		v := b
+		v.ID = prev
+		if mask&shipIdentity != 0 {
+			v.Player = uint32(r.uvarint(1<<32 - 1))
+			v.Sector = int(r.uvarint(16 * 16))
+		}
+		if mask&shipPos != 0 {
+			v.X = int32(r.varint(int64(-1<<31)-int64(b.X), int64(1<<31-1)-int64(b.X)) + int64(b.X))
+			v.Y = int32(r.varint(int64(-1<<31)-int64(b.Y), int64(1<<31-1)-int64(b.Y)) + int64(b.Y))
+		}
+		if mask&shipHeading != 0 {
+			v.Heading = b.Heading + Angle(int16(r.varint(-1<<15, 1<<15-1)))
+		}
+		if mask&shipSpeed != 0 {
+			v.Speed = int32(r.varint(int64(-1<<31)-int64(b.Speed), int64(1<<31-1)-int64(b.Speed)) + int64(b.Speed))
+		}
+		if mask&shipHull != 0 {
+			v.Hull = int16(r.varint(-1<<15, 1<<15-1))
+			switch r.byte1() {
+			case 0:
+				v.Sunk = false
+			case 1:
+				v.Sunk = true
+			default:
+				r.fail("sunk flag not 0 or 1")
+			}
+		}
+		if mask&shipOrders != 0 {
+			v.Throttle, v.Rudder = int8(r.byte1()), int8(r.byte1())
+		}
+		if mask&shipReload != 0 {
+			v.PortReload = uint32(r.uvarint(1<<32 - 1))
+			v.StarboardReload = uint32(r.uvarint(1<<32 - 1))
+		}
+		ships = append(ships, v)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	// Merge: base ships not removed carry over; updated ones replace.
+	out.Ships = make([]ShipView, 0, len(baseShips)+len(ships))
+	ri, ui := 0, 0
+	for _, b := range baseShips {
+		if ri < len(removed) && removed[ri] < b.ID {
+			return nil, fmt.Errorf("%w: removed ship %d not in the base", ErrBadState, removed[ri])
+		}
+		for ui < len(ships) && ships[ui].ID < b.ID {
+			out.Ships = append(out.Ships, ships[ui])
+			ui++
+		}
+		if ri < len(removed) && removed[ri] == b.ID {
+			ri++
+			if ui < len(ships) && ships[ui].ID == b.ID {
+				return nil, fmt.Errorf("%w: ship %d both removed and updated", ErrBadState, b.ID)
+			}
+			continue
+		}
+		if ui < len(ships) && ships[ui].ID == b.ID {
+			out.Ships = append(out.Ships, ships[ui])
+			ui++
+			continue
+		}
+		out.Ships = append(out.Ships, carried(b, dt))
+	}
+	if ri < len(removed) {
+		return nil, fmt.Errorf("%w: removed ship %d not in the base", ErrBadState, removed[ri])
+	}
+	out.Ships = append(out.Ships, ships[ui:]...)
+	if len(out.Ships) > maxStateShips {
+		return nil, fmt.Errorf("%w: %d ships", ErrBadState, len(out.Ships))
+	}
+
+	removed = r.ids(maxStateBalls)
+	n = int(r.uvarint(maxStateBalls))
+	balls := make([]BallView, 0, min(n, len(r.b)))
+	prev = 0
+	for k := 0; k < n && r.err == nil; k++ {
+		d := r.uvarint(1<<63 - 1)
+		if k > 0 && d == 0 || uint64(prev)+d < uint64(prev) {
+			r.fail("ball ids not increasing")
+			break
+		}
+		prev += lineage.EntityID(d)
+		v := BallView{ID: prev}
+		v.Owner = lineage.EntityID(r.uvarint(1<<63 - 1))
+		v.Sector = int(r.uvarint(16 * 16))
+		v.X = int32(r.varint(-1<<31, 1<<31-1))
+		v.Y = int32(r.varint(-1<<31, 1<<31-1))
+		v.VX = int32(r.varint(-1<<31, 1<<31-1))
+		v.VY = int32(r.varint(-1<<31, 1<<31-1))
+		v.Age = uint32(r.uvarint(1<<32 - 1))
+		v.Lifetime = uint32(r.uvarint(1<<32 - 1))
+		balls = append(balls, v)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the update", ErrBadState, len(r.b))
+	}
+	out.Balls = make([]BallView, 0, len(baseBalls)+len(balls))
+	ri, ui = 0, 0
+	for _, b := range baseBalls {
+		if ri < len(removed) && removed[ri] < b.ID {
+			return nil, fmt.Errorf("%w: removed ball %d not in the base", ErrBadState, removed[ri])
+		}
+		for ui < len(balls) && balls[ui].ID < b.ID {
+			out.Balls = append(out.Balls, balls[ui])
+			ui++
+		}
+		if ri < len(removed) && removed[ri] == b.ID {
+			ri++
+			continue
+		}
+		if ui < len(balls) && balls[ui].ID == b.ID {
+			return nil, fmt.Errorf("%w: new ball %d already in the base", ErrBadState, b.ID)
+		}
+		out.Balls = append(out.Balls, flown(b, dt))
+	}
+	if ri < len(removed) {
+		return nil, fmt.Errorf("%w: removed ball %d not in the base", ErrBadState, removed[ri])
+	}
+	out.Balls = append(out.Balls, balls[ui:]...)
+	if len(out.Balls) > maxStateBalls {
+		return nil, fmt.Errorf("%w: %d balls", ErrBadState, len(out.Balls))
+	}
+	return out, nil
+}
+
+// StateTracker rebuilds a client's frames from its state updates. It keeps
+// the frames of the last ticks so that an update against any tick the
+// client acknowledged can be applied. Not safe for concurrent use.
+type StateTracker struct {
+	frames [64]*Frame
+	latest *Frame
+}
+
+// Apply decodes an update of tick against baseTick (0: full) and returns
+// the new frame. An update older than the latest frame is applied but does
+// not become Latest.
+func (t *StateTracker) Apply(tick, baseTick uint64, payload []byte) (*Frame, error) {
+	var base *Frame
+	if baseTick != 0 {
+		base = t.frames[baseTick%uint64(len(t.frames))]
+		if base == nil || base.Tick != baseTick {
+			return nil, fmt.Errorf("%w: base tick %d is not held", ErrBadState, baseTick)
+		}
+	}
+	f, err := ApplyDelta(base, tick, payload)
+	if err != nil {
+		return nil, err
+	}
+	t.frames[tick%uint64(len(t.frames))] = f
+	if t.latest == nil || tick > t.latest.Tick {
+		t.latest = f
+	}
+	return f, nil
+}
+
+// Latest returns the newest frame (nil before the first update).
+func (t *StateTracker) Latest() *Frame { return t.latest }

@@ -1,0 +1,143 @@
+package netcode
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/anoptic/broadside/netcode/wire"
+)
+
+// fakeState encodes "viewer/tick/base" padded to size bytes; ticks below
+// oldest are no longer held.
+type fakeState struct {
+	size   int
+	oldest uint64
+}
+
+func (f *fakeState) EncodeState(dst []byte, viewer uint32, tick, base uint64) ([]byte, bool) {
+	if tick < f.oldest || (base != 0 && base < f.oldest) {
+		return dst, false
+	}
+	dst = fmt.Appendf(dst, "%d/%d/%d", viewer, tick, base)
+	for len(dst) < f.size {
+		dst = append(dst, '.')
+	}
+	return dst, true
+}
+
+func nextUpdate(t *testing.T, c *Client) wire.StateUpdate {
+	t.Helper()
+	select {
+	case u := <-c.Updates():
+		return u
+	case <-time.After(10 * time.Second):
+		t.Fatal("no state update")
+	}
+	panic("unreachable")
+}
+
+// TestStateFanOut: a player gets full states until it acknowledges one,
+// then deltas against its acknowledged tick, with the last applied command;
+// small updates go as datagrams and large ones on the stream; spectators
+// get the world (viewer 0) SpectatorDelay ticks late.
+func TestStateFanOut(t *testing.T) {
+	for _, size := range []int{100, 5000} {
+		t.Run(fmt.Sprintf("payload %d bytes", size), func(t *testing.T) {
+			src := &fakeState{size: size}
+			ts := startServerWith(t, ServerConfig{State: src, SpectatorDelay: 5})
+			c, err := ts.dial(t, ts.token(t, "ada", 7, time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			spec, err := Dial(ctx, ClientConfig{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.token(t, "watcher", 99, time.Hour), Spectator: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer spec.Close()
+			waitSessions(t, ts.srv, 2)
+
+			ts.srv.NoteApplied(7, 41)
+			ts.srv.Publish(10)
+			u := nextUpdate(t, c)
+			if u.Tick != 10 || u.BaseTick != 0 || u.LastAppliedSeq != 41 || !strings.HasPrefix(string(u.Payload), "7/10/0") {
+				t.Fatalf("first update %d/%d/%d %q", u.Tick, u.BaseTick, u.LastAppliedSeq, u.Payload[:10])
+			}
+			su := nextUpdate(t, spec)
+			if su.Tick != 5 || !strings.HasPrefix(string(su.Payload), "0/5/0") {
+				t.Fatalf("spectator update tick %d %q", su.Tick, su.Payload[:8])
+			}
+			if err := c.AckState(10); err != nil {
+				t.Fatal(err)
+			}
+			// The ack travels on the stream; publish until a delta shows up.
+			var got wire.StateUpdate
+			for tick := uint64(11); tick < 200; tick++ {
+				ts.srv.Publish(tick)
+				got = nextUpdate(t, c)
+				if got.BaseTick != 0 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if got.BaseTick != 10 || !strings.HasPrefix(string(got.Payload), fmt.Sprintf("7/%d/10", got.Tick)) {
+				t.Fatalf("update after ack: tick %d base %d %q", got.Tick, got.BaseTick, got.Payload[:10])
+			}
+			// A base the source no longer holds falls back to a full state.
+			src.oldest = got.Tick + 1
+			ts.srv.Publish(got.Tick + 1)
+			if u := nextUpdate(t, c); u.BaseTick != 0 {
+				t.Fatalf("base %d no longer held, yet a delta against it", u.BaseTick)
+			}
+			if size > transport.MaxDatagramSize && c.streamUpdates.Load() == 0 {
+				t.Fatal("large updates did not come on the stream")
+			}
+			if size < transport.MaxDatagramSize && c.streamUpdates.Load() != 0 {
+				t.Fatal("small updates came on the stream, not as datagrams")
+			}
+		})
+	}
+}
+
+func waitSessions(t *testing.T, s *Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		k := len(s.players) + len(s.watchers)
+		s.mu.Unlock()
+		if k >= n {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("fewer than %d sessions", n)
+}
+
+// TestSpectatorCannotCommand: a spectator's command closes its connection
+// with a protocol error.
+func TestSpectatorCannotCommand(t *testing.T) {
+	ts := startServerWith(t, ServerConfig{State: &fakeState{size: 10}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	spec, err := Dial(ctx, ClientConfig{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.token(t, "watcher", 99, time.Hour), Spectator: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spec.Close()
+	if _, err := spec.Send(wire.GameCommand{Kind: wire.CommandJoin}); err != nil {
+		t.Fatal(err)
+	}
+	if code := closedWith(t, spec); code != transport.CodeProtocolError {
+		t.Fatalf("closed with %s", code)
+	}
+	if n := len(ts.log.snapshot()); n != 0 {
+		t.Fatalf("%d records appended for a spectator", n)
+	}
+}

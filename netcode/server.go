@@ -77,6 +77,7 @@ type Server struct {
 	metrics  serverMetrics
 	wg       sync.WaitGroup
 	draining atomic.Bool
+	inflight atomic.Int64 // accepted commands not yet durable (or failed)
 	mu       sync.Mutex
 	players  map[uint32]*session
 	watchers map[*session]struct{} // spectators
@@ -332,9 +333,11 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 			return cctx.Err()
 		}
 		wg.Add(1)
+		s.inflight.Add(1)
 		received := time.Now()
 		go func(seq uint64, env []byte) {
 			defer wg.Done()
+			defer s.inflight.Add(-1)
 			defer func() { <-slots }()
 			if err := s.cfg.Log.Append(cctx, env); err != nil {
 				s.metrics.commands.WithLabelValues("failed").Inc()
@@ -445,6 +448,19 @@ func (s *Server) Publish(tick uint64) {
 }
 
 // Drain stops intake: new sessions are turned away and commands refused
-// (status Invalid), while commands already accepted finish their appends.
-// Serve keeps running until its context ends.
-func (s *Server) Drain() { s.draining.Store(true) }
+// (status Invalid); it returns when the commands already accepted are
+// durable (or failed), or when ctx ends. Sessions stay open and state
+// updates keep flowing until Serve's context ends.
+func (s *Server) Drain(ctx context.Context) error {
+	s.draining.Store(true)
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for s.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("netcode: drain: %d commands still in flight: %w", s.inflight.Load(), ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}

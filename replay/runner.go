@@ -196,6 +196,8 @@ type Runner struct {
 	outs    *outputQueue
 	writer  *snapshot.Writer
 	sched   *snapshot.Scheduler
+	// forceFull asks for a full capture at the next tick (SnapshotNext).
+	forceFull atomic.Bool
 
 	// Tick-loop state.
 	cp             Checkpoint
@@ -316,6 +318,10 @@ func (r *Runner) Stats() RunnerStats {
 		Captures: r.captures.Load(), SkippedCaptures: r.skippedCaps.Load(),
 	}
 }
+
+// SnapshotNext makes the runner capture a full snapshot after its next
+// tick (whatever its policy says), as a server does before it stops.
+func (r *Runner) SnapshotNext() { r.forceFull.Store(true) }
 
 // Kill stops the runner as a crash would: at once, dropping queued outputs
 // and snapshots. Run then returns ErrKilled and the runner cannot run
@@ -612,7 +618,11 @@ func (r *Runner) maybeCapture(tick, pos, hash uint64) (time.Duration, SnapshotKi
 	if needFull {
 		r.sched.Broken()
 	}
+	forced := r.forceFull.Load()
 	take, full := r.sched.Decide(tick, r.set.DirtyBytes(), needFull)
+	if forced {
+		take, full = true, true
+	}
 	if !take {
 		return 0, NoSnapshot
 	}
@@ -620,6 +630,9 @@ func (r *Runner) maybeCapture(tick, pos, hash uint64) (time.Duration, SnapshotKi
 	if buf == nil {
 		r.skippedCaps.Add(1)
 		return 0, NoSnapshot
+	}
+	if forced {
+		r.forceFull.Store(false)
 	}
 	start := time.Now()
 	r.set.CaptureInto(buf, full)

@@ -268,6 +268,18 @@ func (s *Supervisor) Kill(shard uint32) bool {
 	return true
 }
 
+// SnapshotNext makes every shard's current runner capture a full snapshot
+// after its next tick (see Runner.SnapshotNext); OnStored reports them.
+func (s *Supervisor) SnapshotNext() {
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		if r := sh.runner; r != nil {
+			r.SnapshotNext()
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // Hashes returns the hash history of shard across its runners, or nil for
 // an unknown shard.
 func (s *Supervisor) Hashes(shard uint32) *HashHistory {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,9 +26,14 @@ func newBotsCmd() *cobra.Command {
 		Short: "Run N load bots against a game server and report latency and bandwidth",
 		Long: `Run N headless bots, each with its own QUIC connection and token, sending
 commands at --rate per second for --duration, and report command-to-durable
-acknowledgement latency (p50/p99/p99.9), bytes per second per client up and
-down, and errors by kind. Tokens are minted from the server's secret file
-(development setups).`,
+acknowledgement latency (p50/p99/p99.9), command-to-applied latency (the
+first state update whose tick applied the command), state update jitter,
+bytes per second per client up and down, and errors by kind. Tokens are
+minted from the server's secret file (development setups).
+
+Behaviours: captain (default) plays from the state updates: it steers toward
+the nearest enemy it sees and fires the broadside that bears; random steers
+and fires blindly.`,
 		Example: `  broadside bots --server 127.0.0.1:4433 --ca broadside-dev/tls/ca.pem --secret-file broadside-dev/server.secret --n 50 --rate 30 --duration 30s`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -42,8 +48,8 @@ down, and errors by kind. Tokens are minted from the server's secret file
 			}
 			out := cmd.OutOrStdout()
 			cfg.Progress = func(s bots.Snapshot) {
-				fmt.Fprintf(os.Stderr, "\r%6s  %d bots  sent %d  durable %d  ack p50 %dus p99 %dus   ",
-					s.Elapsed, s.Connected, s.Sent, s.Durable, s.P50us, s.P99us)
+				fmt.Fprintf(os.Stderr, "\r%6s  %d bots  sent %d  durable %d  applied %d  ack p50 %dus p99 %dus  applied p99 %dms   ",
+					s.Elapsed, s.Connected, s.Sent, s.Durable, s.Applied, s.P50us, s.P99us, s.AppliedP99us/1000)
 			}
 			rep, err := bots.Run(ctx, cfg)
 			fmt.Fprintln(os.Stderr)
@@ -51,9 +57,7 @@ down, and errors by kind. Tokens are minted from the server's secret file
 				return err
 			}
 			fmt.Fprintf(out, "bots:        %d x %.0f commands/s for %.1fs (%s)\n", rep.Bots, rep.RatePerBot, rep.DurationSec, cfg.Behaviour)
-			fmt.Fprintf(out, "commands:    %d sent, %d durable, %d rate-limited\n", rep.Sent, rep.Durable, rep.RateLimited)
-			fmt.Fprintf(out, "ack latency: p50 %dus  p99 %dus  p99.9 %dus  max %dus (sent to durable in the log)\n", rep.AckP50us, rep.AckP99us, rep.AckP999us, rep.AckMaxus)
-			fmt.Fprintf(out, "bandwidth:   %.0f B/s up, %.0f B/s down per client\n", rep.UpBytesPerSec, rep.DownBytesPerSec)
+			printBotsReport(out, rep)
 			if len(rep.Errors) == 0 {
 				fmt.Fprintf(out, "errors:      none\n")
 			}
@@ -81,22 +85,35 @@ down, and errors by kind. Tokens are minted from the server's secret file
 	f.IntVar(&cfg.N, "n", 10, "number of bots")
 	f.Float64Var(&cfg.Rate, "rate", 10, "commands per second per bot")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run")
-	f.StringVar(&cfg.Behaviour, "behaviour", "random", "bot behaviour: random")
+	f.StringVar(&cfg.Behaviour, "behaviour", bots.Captain, "bot behaviour: captain (plays from the state) or random")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	f.StringVar(&jsonFile, "json", "", "write the report as JSON")
 	f.StringVar(&pngFile, "png", "", "write ack latency (p50, p99) over time as a PNG chart")
 	return cmd
 }
 
+func printBotsReport(out io.Writer, rep bots.Report) {
+	fmt.Fprintf(out, "commands:    %d sent, %d durable, %d applied, %d rate-limited\n", rep.Sent, rep.Durable, rep.Applied, rep.RateLimited)
+	fmt.Fprintf(out, "ack latency: p50 %.2fms  p99 %.2fms  p99.9 %.2fms  max %.2fms (sent to durable in the log)\n",
+		ms(rep.AckP50us), ms(rep.AckP99us), ms(rep.AckP999us), ms(rep.AckMaxus))
+	fmt.Fprintf(out, "applied:     p50 %.1fms  p99 %.1fms  p99.9 %.1fms (sent to the state update of the tick that applied it)\n",
+		ms(rep.AppliedP50us), ms(rep.AppliedP99us), ms(rep.AppliedP999us))
+	fmt.Fprintf(out, "state:       %.1f updates/s per client, inter-arrival jitter p50 %.2fms p99 %.2fms\n", rep.UpdatesPerSec, ms(rep.JitterP50us), ms(rep.JitterP99us))
+	fmt.Fprintf(out, "bandwidth:   %.0f B/s up, %.0f B/s down per client\n", rep.UpBytesPerSec, rep.DownBytesPerSec)
+}
+
+func ms(us int64) float64 { return float64(us) / 1000 }
+
 func plotTimeline(rep bots.Report, file string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%d bots x %.0f cmd/s: command to durable ack", rep.Bots, rep.RatePerBot)
+	p.Title.Text = fmt.Sprintf("%d bots x %.0f cmd/s: command to durable ack and to applied", rep.Bots, rep.RatePerBot)
 	p.X.Label.Text = "seconds"
 	p.Y.Label.Text = "latency (µs)"
-	p50, p99 := make(plotter.XYs, len(rep.Timeline)), make(plotter.XYs, len(rep.Timeline))
+	p50, p99, app := make(plotter.XYs, len(rep.Timeline)), make(plotter.XYs, len(rep.Timeline)), make(plotter.XYs, len(rep.Timeline))
 	for i, s := range rep.Timeline {
 		p50[i] = plotter.XY{X: s.Elapsed.Seconds(), Y: float64(s.P50us)}
 		p99[i] = plotter.XY{X: s.Elapsed.Seconds(), Y: float64(s.P99us)}
+		app[i] = plotter.XY{X: s.Elapsed.Seconds(), Y: float64(s.AppliedP99us)}
 	}
 	l50, err := plotter.NewLine(p50)
 	if err != nil {
@@ -107,8 +124,14 @@ func plotTimeline(rep bots.Report, file string) error {
 		return err
 	}
 	l99.Color = color.RGBA{R: 200, A: 255}
-	p.Add(l50, l99)
-	p.Legend.Add("p50", l50)
-	p.Legend.Add("p99", l99)
+	lapp, err := plotter.NewLine(app)
+	if err != nil {
+		return err
+	}
+	lapp.Color = color.RGBA{B: 200, A: 255}
+	p.Add(l50, l99, lapp)
+	p.Legend.Add("durable p50", l50)
+	p.Legend.Add("durable p99", l99)
+	p.Legend.Add("applied p99", lapp)
 	return p.Save(8*vg.Inch, 4*vg.Inch, file)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
+	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/netcode"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,12 @@ type serveOptions struct {
 	fsync      bool
 	external   clusterFlags
 	useLog     bool
+	worldSize  int32
+	sectors    int
+	islands    int
+	seed       uint64
+	interest   float64
+	specDelay  time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -84,8 +91,19 @@ it; in production give --cert and --key.`,
 	f.IntVar(&o.burst, "burst", 30, "token bucket size")
 	f.BoolVar(&o.fsync, "fsync", false, "embedded log: sequencing replicas sync a write-ahead log before acknowledging")
 	f.BoolVar(&o.useLog, "log", false, "join an external command log cluster instead of running one")
+	f.Int32Var(&o.worldSize, "world-size", 4000, "width and height of the sea in metres")
+	f.IntVar(&o.sectors, "sectors", 2, "sectors (sim shards) per side: the world runs sectors² shards")
+	f.IntVar(&o.islands, "islands", 12, "islands")
+	f.Uint64Var(&o.seed, "seed", 1, "world seed (islands, spawn points, gunnery)")
+	f.Float64Var(&o.interest, "interest", 600, "players see ships and balls in the 3×3 cells of this size (metres) around their ship")
+	f.DurationVar(&o.specDelay, "spectator-delay", 2*time.Second, "how far behind the players spectators see the world")
 	o.external.registerPrefixed(f, "log-")
 	return cmd
+}
+
+// gameConfig returns the world the flags describe.
+func (o serveOptions) gameConfig() broadside.Config {
+	return broadside.Config{Seed: o.seed, Width: o.worldSize, Height: o.worldSize, SectorsX: o.sectors, SectorsY: o.sectors, Islands: o.islands}
 }
 
 func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
@@ -119,48 +137,88 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	serveAdmin(ctx, o.adminAddr, reg, log)
 
-	appender, closeLog, err := openServerLog(ctx, o, log, reg)
+	game := o.gameConfig()
+	if err := game.Validate(); err != nil {
+		return err
+	}
+	logc, _, closeLog, err := openServerLog(ctx, o, log, reg)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
 
+	hub := newFrameHub(game.Sectors(), int64(o.interest*1000))
 	srv, err := netcode.NewServer(netcode.ServerConfig{
-		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: appender,
+		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc,
 		Limits: netcode.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
+		State: hub, SpectatorDelay: uint64(o.specDelay / (time.Second / broadside.TickRate)),
+		TickRate: broadside.TickRate, Tick: hub.latest,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "broadside server listening on %s (ALPN %s); tokens: broadside token --player NAME --secret-file %s\n",
-		srv.Addr(), netcode.ALPN, o.secretFile)
-	err = srv.Serve(ctx)
+	world, err := startGameWorld(ctx, gameWorldConfig{
+		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: logc, Server: srv, Hub: hub,
+		Logger: log, Registry: reg,
+	})
+	if err != nil {
+		return err
+	}
+	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServe()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(serveCtx) }()
+	fmt.Fprintf(out, "broadside server listening on %s (ALPN %s): a %d m sea in %d sectors, %d Hz\n",
+		srv.Addr(), netcode.ALPN, game.Width, game.Sectors(), broadside.TickRate)
+	fmt.Fprintf(out, "tokens: broadside token --player NAME --secret-file %s\n", o.secretFile)
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		world.Stop(context.Background())
+		return err
+	}
+	// Graceful shutdown: stop intake and let accepted commands become
+	// durable, snapshot every sector, then close the sessions.
+	fmt.Fprintln(out, "shutting down: draining intake")
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Drain(dctx); err != nil {
+		log.Warn("drain", "err", err)
+	}
+	final, err := world.Stop(dctx)
+	if err != nil {
+		log.Warn("final snapshot", "err", err)
+	} else {
+		fmt.Fprintf(out, "final snapshot of every sector stored at tick %d\n", final)
+	}
+	stopServe()
+	err = <-served
 	fmt.Fprintln(out, "server stopped")
 	return err
 }
 
 // openServerLog returns the command log the server appends to: an embedded
 // cluster, or a client of an external one.
-func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *prometheus.Registry) (netcode.Appender, func(), error) {
+func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *prometheus.Registry) (worldLog, *cmdlog.LocalCluster, func(), error) {
 	latency := node.AppendLatency(reg)
 	if o.useLog {
 		c, closeAll, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{OnAppendLatency: latency})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return c, closeAll, nil
+		return c, nil, closeAll, nil
 	}
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ca, err := transport.NewDevCA()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	server, client, err := ca.MutualTLS("localhost")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	group := mesh.NewGroup(server, client, quiet)
-	disk := &cmdlog.DiskStorage{Dir: o.dataDir, Logger: quiet}
+	disk := &cmdlog.DiskStorage{Dir: filepath.Join(o.dataDir, "log"), Logger: quiet}
 	durability := seq.Memory
 	if o.fsync {
 		durability = seq.Fsync
@@ -173,11 +231,11 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 	if err != nil {
 		group.Close()
 		disk.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	c := lc.NewClient(cmdlog.ClientConfig{OnAppendLatency: latency})
 	log.Info("embedded command log", "replicas", lc.Replicas(), "shards", lc.Layout().Shards, "data", o.dataDir)
-	return c, func() {
+	return c, lc, func() {
 		c.Close()
 		lc.Close()
 		group.Close()

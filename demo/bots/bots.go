@@ -1,6 +1,8 @@
 // Package bots is the load-bot harness: N headless players, each with its
-// own QUIC connection and token, sending Broadside commands at a fixed rate
-// and measuring what the server gives back.
+// own QUIC connection and token, playing Broadside at a fixed command rate
+// from the state the server sends them, and measuring what the server gives
+// back: command-to-durable and command-to-applied latency, state update
+// jitter, bandwidth and errors.
 package bots
 
 import (
@@ -11,12 +13,23 @@ import (
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/netcode"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
+)
+
+// Behaviours of Config.Behaviour.
+const (
+	// Captain steers toward the nearest enemy it sees in its state
+	// updates and fires the broadside that bears (broadside.BotCommand).
+	Captain = "captain"
+	// Random steers and fires at random, blind to the state.
+	Random = "random"
 )
 
 // Config configures a run.
@@ -26,37 +39,43 @@ type Config struct {
 	// TLS trusts the server's certificate.
 	TLS *tls.Config
 	// Secret mints one token per bot (development); bots are players
-	// "bot-1".."bot-N".
+	// "bot-1".."bot-N" (with Prefix "bot-").
 	Secret []byte
+	Prefix string
 	// N bots, each sending Rate commands per second for Duration.
 	N        int
 	Rate     float64
 	Duration time.Duration
-	// Behaviour: "random" (steer and fire at random) — the only one until
-	// state updates reach clients.
+	// Behaviour is Captain (default) or Random.
 	Behaviour string
 	Seed      uint64
 	// Progress, if set, is called about once a second.
 	Progress func(Snapshot)
 }
 
-// Snapshot is the state of a run at one moment.
+// Snapshot is the state of a run at one moment (latencies of the last
+// second).
 type Snapshot struct {
-	Elapsed   time.Duration
-	Connected int
-	Sent      int64
-	Durable   int64
-	P50us     int64
-	P99us     int64
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	Connected    int           `json:"connected"`
+	Sent         int64         `json:"sent"`
+	Durable      int64         `json:"durable"`
+	Applied      int64         `json:"applied"`
+	P50us        int64         `json:"ack_p50_us"`
+	P99us        int64         `json:"ack_p99_us"`
+	AppliedP99us int64         `json:"applied_p99_us"`
+	Updates      int64         `json:"updates"`
 }
 
 // Report is the outcome of a run.
 type Report struct {
 	Bots        int              `json:"bots"`
+	Behaviour   string           `json:"behaviour"`
 	RatePerBot  float64          `json:"rate_per_bot"`
 	DurationSec float64          `json:"duration_s"`
 	Sent        int64            `json:"sent"`
 	Durable     int64            `json:"durable"`
+	Applied     int64            `json:"applied"`
 	RateLimited int64            `json:"rate_limited"`
 	Errors      map[string]int64 `json:"errors"`
 	// Command sent to durable acknowledgement, microseconds.
@@ -64,17 +83,52 @@ type Report struct {
 	AckP99us  int64 `json:"ack_p99_us"`
 	AckP999us int64 `json:"ack_p999_us"`
 	AckMaxus  int64 `json:"ack_max_us"`
-	// Bytes per second per client, on the wire.
+	// Command sent to the first state update saying a tick applied it.
+	AppliedP50us  int64 `json:"applied_p50_us"`
+	AppliedP99us  int64 `json:"applied_p99_us"`
+	AppliedP999us int64 `json:"applied_p999_us"`
+	// State updates: received and applied per client per second, and
+	// the jitter of their inter-arrival times (|gap - tick period|).
+	UpdatesPerSec float64 `json:"updates_per_sec_per_client"`
+	JitterP50us   int64   `json:"jitter_p50_us"`
+	JitterP99us   int64   `json:"jitter_p99_us"`
+	// Bytes per second per client, on the wire (QUIC packets).
 	UpBytesPerSec   float64 `json:"up_bytes_per_sec_per_client"`
 	DownBytesPerSec float64 `json:"down_bytes_per_sec_per_client"`
-	// Timeline holds per-second ack latency percentiles.
+	// Timeline holds per-second figures.
 	Timeline []Snapshot `json:"timeline"`
 }
 
-type botState struct {
-	c       *netcode.Client
-	mu      sync.Mutex
-	pending map[uint64]time.Time
+type sentCmd struct {
+	seq uint64
+	at  time.Time
+}
+
+type bot struct {
+	c      *netcode.Client
+	player uint32
+	mu     sync.Mutex
+	acks   map[uint64]time.Time // commands waiting for their durable ack
+	queue  []sentCmd            // commands waiting to be applied, by seq
+	frame  atomic.Pointer[broadside.Frame]
+}
+
+// stats are a run's shared counters and histograms.
+type stats struct {
+	mu                       sync.Mutex
+	ack, ackWin, app, appWin *hdrhistogram.Histogram
+	jitter                   *hdrhistogram.Histogram
+	sent, durable, applied   int64
+	limited, updates         int64
+	errors                   map[string]int64
+}
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
+
+func (s *stats) err(kind string) {
+	s.mu.Lock()
+	s.errors[kind]++
+	s.mu.Unlock()
 }
 
 // Run runs the bots and reports.
@@ -82,32 +136,52 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.N <= 0 || cfg.Rate <= 0 || cfg.Duration <= 0 {
 		return Report{}, errors.New("bots: N, Rate and Duration must be positive")
 	}
-	rep := Report{Bots: cfg.N, RatePerBot: cfg.Rate, Errors: map[string]int64{}}
-	var mu sync.Mutex // guards rep, hist, window
-	hist := hdrhistogram.New(1, 60_000_000, 3)
-	window := hdrhistogram.New(1, 60_000_000, 3)
-	countErr := func(kind string) {
-		mu.Lock()
-		rep.Errors[kind]++
-		mu.Unlock()
+	if cfg.Behaviour == "" {
+		cfg.Behaviour = Captain
 	}
-	// Connect every bot.
-	bots := make([]*botState, 0, cfg.N)
-	for i := 1; i <= cfg.N; i++ {
-		name := fmt.Sprintf("bot-%d", i)
-		tok, err := netcode.IssueToken(cfg.Secret, netcode.Claims{Player: name, PlayerID: netcode.PlayerIDFor(name), Expires: time.Now().Add(cfg.Duration + time.Hour)})
-		if err != nil {
-			return rep, err
-		}
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := netcode.Dial(dctx, netcode.ClientConfig{Addr: cfg.Server, TLS: cfg.TLS, Token: tok})
-		cancel()
-		if err != nil {
-			countErr("connect")
-			continue
-		}
-		bots = append(bots, &botState{c: c, pending: map[uint64]time.Time{}})
+	if cfg.Behaviour != Captain && cfg.Behaviour != Random {
+		return Report{}, fmt.Errorf("bots: unknown behaviour %q (captain or random)", cfg.Behaviour)
 	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "bot-"
+	}
+	rep := Report{Bots: cfg.N, RatePerBot: cfg.Rate, Behaviour: cfg.Behaviour}
+	st := &stats{ack: newHist(), ackWin: newHist(), app: newHist(), appWin: newHist(), jitter: newHist(), errors: map[string]int64{}}
+
+	// Connect every bot, a few at a time.
+	bots := make([]*bot, cfg.N)
+	var cwg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range cfg.N {
+		cwg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer cwg.Done()
+			defer func() { <-sem }()
+			name := fmt.Sprintf("%s%d", cfg.Prefix, i+1)
+			tok, err := netcode.IssueToken(cfg.Secret, netcode.Claims{Player: name, PlayerID: netcode.PlayerIDFor(name), Expires: time.Now().Add(cfg.Duration + time.Hour)})
+			if err != nil {
+				st.err("token")
+				return
+			}
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			c, err := netcode.Dial(dctx, netcode.ClientConfig{Addr: cfg.Server, TLS: cfg.TLS, Token: tok})
+			cancel()
+			if err != nil {
+				st.err("connect")
+				return
+			}
+			bots[i] = &bot{c: c, player: c.Welcome().PlayerID, acks: map[uint64]time.Time{}}
+		}()
+	}
+	cwg.Wait()
+	live := bots[:0]
+	for _, b := range bots {
+		if b != nil {
+			live = append(live, b)
+		}
+	}
+	bots = live
 	defer func() {
 		for _, b := range bots {
 			b.c.Close()
@@ -116,64 +190,18 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if len(bots) == 0 {
 		return rep, fmt.Errorf("bots: no bot could connect to %s", cfg.Server)
 	}
+	period := time.Second / time.Duration(max(bots[0].c.Welcome().TickRate, 1))
 	start := time.Now()
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	var wg sync.WaitGroup
-	var sent, durable, limited int64
 	for i, b := range bots {
-		// Results reader.
-		wg.Add(1)
+		wg.Add(3)
+		go func() { defer wg.Done(); b.readResults(st) }()
+		go func() { defer wg.Done(); b.readUpdates(runCtx, st, period) }()
 		go func() {
 			defer wg.Done()
-			for r := range b.c.Results() {
-				b.mu.Lock()
-				t0, ok := b.pending[r.Seq]
-				delete(b.pending, r.Seq)
-				b.mu.Unlock()
-				if !ok {
-					continue
-				}
-				mu.Lock()
-				switch r.Status {
-				case wire.AckDurable:
-					us := time.Since(t0).Microseconds()
-					hist.RecordValue(max(us, 1))
-					window.RecordValue(max(us, 1))
-					durable++
-				case wire.AckRateLimited:
-					limited++
-				default:
-					rep.Errors["refused"]++
-				}
-				mu.Unlock()
-			}
-			if err := b.c.Err(); err != nil && runCtx.Err() == nil {
-				if code, _, ok := transport.ErrorCodeOf(err); ok {
-					countErr("closed:" + code.String())
-				} else {
-					countErr("closed")
-				}
-			}
-		}()
-		// Sender: a fixed rate with a random phase.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(i)))
-			interval := time.Duration(float64(time.Second) / cfg.Rate)
-			next := time.Now().Add(time.Duration(rng.Int64N(int64(interval) + 1)))
-			// Join the game first.
-			b.send(wire.GameCommand{Kind: wire.CommandJoin}, &mu, &sent, countErr)
-			for {
-				select {
-				case <-runCtx.Done():
-					return
-				case <-time.After(time.Until(next)):
-				}
-				next = next.Add(interval)
-				b.send(randomCommand(rng), &mu, &sent, countErr)
-			}
+			b.play(runCtx, cfg, rand.New(rand.NewPCG(cfg.Seed, uint64(i))), st)
 		}()
 	}
 	// Progress and timeline, once a second.
@@ -185,12 +213,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			case <-runCtx.Done():
 				return
 			case <-tick.C:
-				mu.Lock()
-				s := Snapshot{Elapsed: time.Since(start).Round(time.Second), Connected: len(bots), Sent: sent, Durable: durable,
-					P50us: window.ValueAtQuantile(50), P99us: window.ValueAtQuantile(99)}
-				window.Reset()
+				st.mu.Lock()
+				s := Snapshot{Elapsed: time.Since(start).Round(time.Second), Connected: len(bots), Sent: st.sent, Durable: st.durable,
+					Applied: st.applied, P50us: st.ackWin.ValueAtQuantile(50), P99us: st.ackWin.ValueAtQuantile(99),
+					AppliedP99us: st.appWin.ValueAtQuantile(99), Updates: st.updates}
+				st.ackWin.Reset()
+				st.appWin.Reset()
 				rep.Timeline = append(rep.Timeline, s)
-				mu.Unlock()
+				st.mu.Unlock()
 				if cfg.Progress != nil {
 					cfg.Progress(s)
 				}
@@ -199,7 +229,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}()
 	elapsed := time.Since(start)
 	// Let acknowledgements in flight arrive, then close.
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
 	var up, down uint64
 	for _, b := range bots {
 		s, r := b.c.Stats()
@@ -211,28 +241,158 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	bots = nil
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	rep.DurationSec = elapsed.Seconds()
-	rep.Sent, rep.Durable, rep.RateLimited = sent, durable, limited
-	rep.AckP50us, rep.AckP99us, rep.AckP999us, rep.AckMaxus = hist.ValueAtQuantile(50), hist.ValueAtQuantile(99), hist.ValueAtQuantile(99.9), hist.Max()
+	rep.Sent, rep.Durable, rep.Applied, rep.RateLimited = st.sent, st.durable, st.applied, st.limited
+	rep.Errors = st.errors
+	rep.AckP50us, rep.AckP99us, rep.AckP999us, rep.AckMaxus = st.ack.ValueAtQuantile(50), st.ack.ValueAtQuantile(99), st.ack.ValueAtQuantile(99.9), st.ack.Max()
+	rep.AppliedP50us, rep.AppliedP99us, rep.AppliedP999us = st.app.ValueAtQuantile(50), st.app.ValueAtQuantile(99), st.app.ValueAtQuantile(99.9)
+	rep.JitterP50us, rep.JitterP99us = st.jitter.ValueAtQuantile(50), st.jitter.ValueAtQuantile(99)
 	n := float64(rep.Bots) * elapsed.Seconds()
 	rep.UpBytesPerSec, rep.DownBytesPerSec = float64(up)/n, float64(down)/n
+	rep.UpdatesPerSec = float64(st.updates) / n
 	return rep, nil
 }
 
-func (b *botState) send(cmd wire.GameCommand, mu *sync.Mutex, sent *int64, countErr func(string)) {
+// readResults records durable acknowledgements until the session ends.
+func (b *bot) readResults(st *stats) {
+	for r := range b.c.Results() {
+		b.mu.Lock()
+		t0, ok := b.acks[r.Seq]
+		delete(b.acks, r.Seq)
+		b.mu.Unlock()
+		if !ok {
+			continue
+		}
+		st.mu.Lock()
+		switch r.Status {
+		case wire.AckDurable:
+			us := max(time.Since(t0).Microseconds(), 1)
+			st.ack.RecordValue(us)
+			st.ackWin.RecordValue(us)
+			st.durable++
+		case wire.AckRateLimited:
+			st.limited++
+		default:
+			st.errors["refused"]++
+		}
+		st.mu.Unlock()
+	}
+	if err := b.c.Err(); err != nil {
+		if code, _, ok := transport.ErrorCodeOf(err); ok && code != transport.CodeNormal {
+			st.err("closed:" + code.String())
+		}
+	}
+}
+
+// readUpdates rebuilds the bot's view of the world from its state updates,
+// acknowledges each new tick, and measures applied latency and jitter.
+func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) {
+	var tr broadside.StateTracker
+	var last time.Time
+	for {
+		var u wire.StateUpdate
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.c.Done():
+			return
+		case u = <-b.c.Updates():
+		}
+		now := time.Now()
+		f, err := tr.Apply(u.Tick, u.BaseTick, u.Payload)
+		if err != nil {
+			// An update against a base we no longer hold, or a
+			// broken one: the next full update resynchronises.
+			st.err("state")
+			continue
+		}
+		if f != tr.Latest() {
+			continue // an old update arriving late
+		}
+		b.frame.Store(f)
+		b.c.AckState(u.Tick)
+		var jitter int64 = -1
+		if !last.IsZero() {
+			jitter = max((now.Sub(last) - period).Abs().Microseconds(), 1)
+		}
+		last = now
+		b.mu.Lock()
+		k := 0
+		for k < len(b.queue) && b.queue[k].seq <= u.LastAppliedSeq {
+			k++
+		}
+		done := b.queue[:k]
+		st.mu.Lock()
+		st.updates++
+		if jitter > 0 {
+			st.jitter.RecordValue(jitter)
+		}
+		for _, c := range done {
+			us := max(now.Sub(c.at).Microseconds(), 1)
+			st.app.RecordValue(us)
+			st.appWin.RecordValue(us)
+			st.applied++
+		}
+		st.mu.Unlock()
+		b.queue = append(b.queue[:0], b.queue[k:]...)
+		b.mu.Unlock()
+	}
+}
+
+// play joins the game, then sends commands at the configured rate.
+func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
+	interval := time.Duration(float64(time.Second) / cfg.Rate)
+	next := time.Now().Add(time.Duration(rng.Int64N(int64(interval) + 1)))
+	b.send(broadside.ToGameCommand(broadside.Join()), st)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		}
+		next = next.Add(interval)
+		if late := time.Since(next); late > time.Second {
+			next = time.Now() // far behind schedule: do not burst
+		}
+		b.send(b.decide(cfg.Behaviour, rng), st)
+	}
+}
+
+// decide returns the bot's next command.
+func (b *bot) decide(behaviour string, rng *rand.Rand) wire.GameCommand {
+	if behaviour == Captain {
+		if f := b.frame.Load(); f != nil {
+			if own, ok := f.Ship(b.player); ok {
+				if c, ok := broadside.BotCommand(f.Ships, own, rng); ok {
+					return broadside.ToGameCommand(c)
+				}
+				// Nothing to change: keep the rate with a small
+				// throttle trim, as a player fiddling with the helm.
+				return broadside.ToGameCommand(broadside.Throttle(int8(70 + rng.IntN(31))))
+			}
+		}
+	}
+	return randomCommand(rng)
+}
+
+func (b *bot) send(cmd wire.GameCommand, st *stats) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	seq, err := b.c.Send(cmd)
 	if err != nil {
-		countErr("send")
+		st.err("send")
 		return
 	}
-	b.pending[seq] = time.Now()
-	mu.Lock()
-	*sent++
-	mu.Unlock()
+	now := time.Now()
+	b.acks[seq] = now
+	if len(b.queue) < 1<<16 {
+		b.queue = append(b.queue, sentCmd{seq, now})
+	}
+	st.mu.Lock()
+	st.sent++
+	st.mu.Unlock()
 }
 
 // randomCommand steers and fires at random: throttle and rudder changes

@@ -192,3 +192,23 @@ func fromGameCommand(b []byte) (PlayerCommand, error) {
 	}
 	return c, nil
 }
+
+// ToGameCommand returns c as a game client sends it (netcode/wire
+// GameCommand): the inverse of what DecodeCommand does with one.
+func ToGameCommand(c PlayerCommand) wire.GameCommand {
+	switch c.Kind {
+	case KindJoin:
+		return wire.GameCommand{Kind: wire.CommandJoin}
+	case KindThrottle:
+		return wire.GameCommand{Kind: wire.CommandThrottle, Value: int32(c.Value)}
+	case KindRudder:
+		return wire.GameCommand{Kind: wire.CommandRudder, Value: int32(c.Value)}
+	case KindFire:
+		side := int8(1)
+		if c.Side == Port {
+			side = -1
+		}
+		return wire.GameCommand{Kind: wire.CommandFire, Side: side}
+	}
+	return wire.GameCommand{}
+}

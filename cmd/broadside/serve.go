@@ -199,7 +199,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 
 // openServerLog returns the command log the server appends to: an embedded
 // cluster, or a client of an external one.
-func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *prometheus.Registry) (worldLog, *cmdlog.LocalCluster, func(), error) {
+func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *prometheus.Registry) (worldLog, *embeddedLog, func(), error) {
 	latency := node.AppendLatency(reg)
 	if o.useLog {
 		c, closeAll, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{OnAppendLatency: latency})
@@ -208,39 +208,60 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 		}
 		return c, nil, closeAll, nil
 	}
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ca, err := transport.NewDevCA()
+	el, err := startEmbeddedLog(ctx, filepath.Join(o.dataDir, "log"), o.fsync, latency)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	log.Info("embedded command log", "replicas", el.lc.Replicas(), "shards", el.lc.Layout().Shards, "data", o.dataDir)
+	return el.client, el, el.Close, nil
+}
+
+// embeddedLog is a command log cluster in this process: 3 sequencing
+// replicas and 2 shards on loopback QUIC, shard stores and WALs in Pebble
+// under a directory, views in an in-memory coordinator.
+type embeddedLog struct {
+	lc     *cmdlog.LocalCluster
+	coord  *coord.Memory
+	client *cmdlog.Client
+	group  *mesh.Group
+	disk   *cmdlog.DiskStorage
+}
+
+func startEmbeddedLog(ctx context.Context, dir string, fsync bool, latency func(time.Duration)) (*embeddedLog, error) {
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	ca, err := transport.NewDevCA()
+	if err != nil {
+		return nil, err
 	}
 	server, client, err := ca.MutualTLS("localhost")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	group := mesh.NewGroup(server, client, quiet)
-	disk := &cmdlog.DiskStorage{Dir: filepath.Join(o.dataDir, "log"), Logger: quiet}
+	el := &embeddedLog{coord: coord.NewMemory(), group: mesh.NewGroup(server, client, quiet), disk: &cmdlog.DiskStorage{Dir: dir, Logger: quiet}}
 	durability := seq.Memory
-	if o.fsync {
+	if fsync {
 		durability = seq.Fsync
 	}
-	lc, err := cmdlog.StartLocal(ctx, cmdlog.LocalConfig{
-		Coordinator: coord.NewMemory(), Network: group, Durability: durability, Logger: quiet,
+	el.lc, err = cmdlog.StartLocal(ctx, cmdlog.LocalConfig{
+		Coordinator: el.coord, Network: el.group, Durability: durability, Logger: quiet,
 		Timing: node.Timing{Tick: 5 * time.Millisecond}, Core: seq.Config{SuspectTicks: 60},
-		NewStorage: disk.NewStorage, NewWAL: disk.NewWAL,
+		NewStorage: el.disk.NewStorage, NewWAL: el.disk.NewWAL,
 	})
 	if err != nil {
-		group.Close()
-		disk.Close()
-		return nil, nil, nil, err
+		el.group.Close()
+		el.disk.Close()
+		return nil, err
 	}
-	c := lc.NewClient(cmdlog.ClientConfig{OnAppendLatency: latency})
-	log.Info("embedded command log", "replicas", lc.Replicas(), "shards", lc.Layout().Shards, "data", o.dataDir)
-	return c, lc, func() {
-		c.Close()
-		lc.Close()
-		group.Close()
-		disk.Close()
-	}, nil
+	el.client = el.lc.NewClient(cmdlog.ClientConfig{OnAppendLatency: latency})
+	return el, nil
+}
+
+// Close stops the cluster.
+func (el *embeddedLog) Close() {
+	el.client.Close()
+	el.lc.Close()
+	el.group.Close()
+	el.disk.Close()
 }
 
 // serveAdmin serves /metrics and /debug/pprof on addr until ctx ends.

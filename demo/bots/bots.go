@@ -51,6 +51,10 @@ type Config struct {
 	Seed      uint64
 	// Progress, if set, is called about once a second.
 	Progress func(Snapshot)
+	// OnDurable, if set, is called for every command acknowledged as
+	// durable (from the bots' goroutines), so a caller can check later
+	// that the log holds each.
+	OnDurable func(player uint32, seq uint64)
 }
 
 // Snapshot is the state of a run at one moment (latencies of the last
@@ -197,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	var wg sync.WaitGroup
 	for i, b := range bots {
 		wg.Add(3)
-		go func() { defer wg.Done(); b.readResults(st) }()
+		go func() { defer wg.Done(); b.readResults(st, cfg.OnDurable) }()
 		go func() { defer wg.Done(); b.readUpdates(runCtx, st, period) }()
 		go func() {
 			defer wg.Done()
@@ -256,7 +260,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 }
 
 // readResults records durable acknowledgements until the session ends.
-func (b *bot) readResults(st *stats) {
+func (b *bot) readResults(st *stats, onDurable func(uint32, uint64)) {
 	for r := range b.c.Results() {
 		b.mu.Lock()
 		t0, ok := b.acks[r.Seq]
@@ -268,6 +272,9 @@ func (b *bot) readResults(st *stats) {
 		st.mu.Lock()
 		switch r.Status {
 		case wire.AckDurable:
+			if onDurable != nil {
+				onDurable(b.player, r.Seq)
+			}
 			us := max(time.Since(t0).Microseconds(), 1)
 			st.ack.RecordValue(us)
 			st.ackWin.RecordValue(us)

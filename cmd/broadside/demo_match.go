@@ -404,4 +404,3 @@ func resimulate(ctx context.Context, game broadside.Config, entries []msg.Entry,
 	}
 	return matched, firstDiv, total, nil
 }
-

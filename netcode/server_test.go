@@ -185,6 +185,17 @@ func TestServerRejectsBadInputPerConnection(t *testing.T) {
 			_, err := c.Send(wire.GameCommand{Seq: 5, Kind: wire.CommandFire})
 			return err
 		}, transport.CodeProtocolError},
+		{"second hello", func(c *Client) error {
+			return c.SendRaw(wire.EncodeSession(nil, wire.Hello{Token: "x", Protocol: ProtocolVersion}))
+		}, transport.CodeProtocolError},
+		{"state acknowledgement flood", func(c *Client) error {
+			for i := uint64(1); i <= 2000; i++ {
+				if err := c.AckState(i); err != nil {
+					return nil
+				}
+			}
+			return nil
+		}, transport.CodeRateLimited},
 		{"flood", func(c *Client) error {
 			for i := 0; i < 500; i++ {
 				if _, err := c.Send(wire.GameCommand{Kind: wire.CommandThrottle, Value: 1}); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -208,6 +209,9 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 		}
 		return c, nil, closeAll, nil
 	}
+	if err := checkRestartable(o.dataDir, o.fsync); err != nil {
+		return nil, nil, nil, err
+	}
 	el, err := startEmbeddedLog(ctx, filepath.Join(o.dataDir, "log"), o.fsync, latency)
 	if err != nil {
 		return nil, nil, nil, err
@@ -216,12 +220,46 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 	return el.client, el, el.Close, nil
 }
 
+// checkRestartable refuses to restart an embedded log that ran in memory
+// durability: its sequencing replicas kept their state in memory only
+// (that is what an acknowledgement meant), so when the whole process
+// stops, the cluster cannot resume; the shards' ordered records remain but
+// no replica can vouch for the rest. With --fsync the replicas' write-ahead
+// logs let it resume. The mode of a data directory is kept in a file.
+func checkRestartable(dataDir string, fsync bool) error {
+	mode := "memory"
+	if fsync {
+		mode = "fsync"
+	}
+	marker := filepath.Join(dataDir, "log-durability")
+	prev, err := os.ReadFile(marker)
+	switch {
+	case os.IsNotExist(err):
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(marker, []byte(mode+"\n"), 0o644)
+	case err != nil:
+		return err
+	}
+	if p := strings.TrimSpace(string(prev)); p != "fsync" {
+		return fmt.Errorf("%s holds an embedded command log that ran in %s durability: its sequencing replicas' state was lost when the server stopped, so it cannot resume; start with an empty --data (or remove %s), and use --fsync to be able to restart a server on its data", dataDir, p, dataDir)
+	}
+	if !fsync {
+		return fmt.Errorf("%s holds an embedded command log in fsync durability: restart it with --fsync", dataDir)
+	}
+	return nil
+}
+
 // embeddedLog is a command log cluster in this process: 3 sequencing
 // replicas and 2 shards on loopback QUIC, shard stores and WALs in Pebble
-// under a directory, views in an in-memory coordinator.
+// under a directory, views in an embedded NATS JetStream KV (persisted
+// under the directory too, so a restarted server finds its log's view).
 type embeddedLog struct {
 	lc     *cmdlog.LocalCluster
-	coord  *coord.Memory
+	coord  coord.Coordinator
+	nats   *coord.EmbeddedNATS
+	closeC func()
 	client *cmdlog.Client
 	group  *mesh.Group
 	disk   *cmdlog.DiskStorage
@@ -237,7 +275,16 @@ func startEmbeddedLog(ctx context.Context, dir string, fsync bool, latency func(
 	if err != nil {
 		return nil, err
 	}
-	el := &embeddedLog{coord: coord.NewMemory(), group: mesh.NewGroup(server, client, quiet), disk: &cmdlog.DiskStorage{Dir: dir, Logger: quiet}}
+	ns, err := coord.StartEmbeddedNATS(coord.EmbeddedOptions{StoreDir: filepath.Join(dir, "coord"), Host: "127.0.0.1"})
+	if err != nil {
+		return nil, err
+	}
+	co, closeCoord, err := openCoordinator(ctx, ns.ClientURL(), "embedded")
+	if err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
+	el := &embeddedLog{coord: co, nats: ns, closeC: closeCoord, group: mesh.NewGroup(server, client, quiet), disk: &cmdlog.DiskStorage{Dir: dir, Logger: quiet}}
 	durability := seq.Memory
 	if fsync {
 		durability = seq.Fsync
@@ -250,6 +297,8 @@ func startEmbeddedLog(ctx context.Context, dir string, fsync bool, latency func(
 	if err != nil {
 		el.group.Close()
 		el.disk.Close()
+		closeCoord()
+		ns.Shutdown()
 		return nil, err
 	}
 	el.client = el.lc.NewClient(cmdlog.ClientConfig{OnAppendLatency: latency})
@@ -262,6 +311,8 @@ func (el *embeddedLog) Close() {
 	el.lc.Close()
 	el.group.Close()
 	el.disk.Close()
+	el.closeC()
+	el.nats.Shutdown()
 }
 
 // serveAdmin serves /metrics and /debug/pprof on addr until ctx ends.

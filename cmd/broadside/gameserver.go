@@ -66,6 +66,8 @@ type gameWorld struct {
 	hub     *frameHub
 	metrics worldMetrics
 
+	storesMu sync.RWMutex // held to read linDB from other goroutines, and to close it
+
 	cancelTicker, cancelSup context.CancelFunc
 	tickerDone, supDone     chan error
 	publishDone             chan struct{}
@@ -282,7 +284,19 @@ func (w *gameWorld) Stop(ctx context.Context) (finalTick uint64, err error) {
 	return finalTick, err
 }
 
+// lineageStore returns the lineage store (nil once the world stopped)
+// and must be released after use.
+func (w *gameWorld) lineageStore() (lineage.Store, func()) {
+	w.storesMu.RLock()
+	if w.linDB == nil {
+		return nil, w.storesMu.RUnlock
+	}
+	return w.linDB, w.storesMu.RUnlock
+}
+
 func (w *gameWorld) closeStores() {
+	w.storesMu.Lock()
+	defer w.storesMu.Unlock()
 	if w.linDB != nil {
 		w.linDB.Close()
 		w.linDB = nil

@@ -20,9 +20,14 @@ import (
 )
 
 // newLineageCmd is `broadside lineage`: the three lineage queries against a
-// stored match, an overview of a store, and the demo scene.
-func newLineageCmd() *cobra.Command {
-	var storeDir string
+// stored match or a running server, an overview of a store, and the demo
+// scene.
+func newLineageCmd() *cobra.Command { return newLineageCmdWith(nil) }
+
+// newLineageCmdWith is newLineageCmd answering from store instead of
+// --store (a running server answers its admin endpoint this way).
+func newLineageCmdWith(store lineage.Store) *cobra.Command {
+	var storeDir, serverURL string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "lineage",
@@ -37,7 +42,8 @@ positions) and which other entities its state was derived from.
   demo      play a small battle, store its lineage, and explain a sinking
 
 Queries read a lineage store (--store DIR, the Pebble store written beside the
-snapshots, or by 'broadside lineage demo'). Entities are named ship:PLAYER,
+snapshots, or by 'broadside lineage demo'), or ask a running server
+(--server http://ADMIN-ADDR, the --admin-addr of 'broadside serve'). Entities are named ship:PLAYER,
 ball:SECTOR.N, or by their numeric id. Answers are over-approximations of the
 data that flowed into a state: an entity's state is taken to depend on its
 whole history; see docs/benchmarks-lineage.md for how this compares with
@@ -45,16 +51,33 @@ re-simulating the match without a command.`,
 		Example: `  broadside lineage demo --store /tmp/bs-lineage
   broadside lineage why --store /tmp/bs-lineage --entity ship:17 --tick 1432
   broadside lineage affected --store /tmp/bs-lineage --pos 2990 --ticks 300
-  broadside lineage frame --store /tmp/bs-lineage --tick 1400 --json`,
+  broadside lineage frame --store /tmp/bs-lineage --tick 1400 --json
+  broadside lineage why --server http://127.0.0.1:9090 --entity ship:17 --tick 900`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&storeDir, "store", "", "lineage store `DIR` (Pebble)")
+	if store == nil {
+		pf.StringVar(&serverURL, "server", "", "ask a running server's admin endpoint (`URL`, e.g. http://127.0.0.1:9090) instead of a store")
+	}
 	pf.BoolVar(&asJSON, "json", false, "print JSON instead of text")
 
 	// withIndex opens the store read side and indexes it.
 	withIndex := func(cmd *cobra.Command, fn func(ix *lineage.Index) error) error {
+		if serverURL != "" {
+			return linAskServer(cmd, serverURL)
+		}
+		if store != nil {
+			ix, err := lineage.LoadIndex(cmd.Context(), store)
+			if err != nil {
+				return err
+			}
+			if ix.Stats().Ranges == 0 {
+				return errors.New("the server has stored no lineage yet (it stores it at snapshots: try again in a moment)")
+			}
+			return fn(ix)
+		}
 		if storeDir == "" {
-			return errors.New("--store DIR is required")
+			return errors.New("--store DIR or --server URL is required")
 		}
 		if _, err := os.Stat(storeDir); err != nil {
 			return fmt.Errorf("lineage store %s: %w", storeDir, err)

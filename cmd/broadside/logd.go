@@ -111,7 +111,7 @@ data under --data/nats) that the other nodes use as --coord.`,
 			defer closeCoord()
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			serveAdmin(ctx, metricsAddr, reg, log)
+			serveAdmin(ctx, metricsAddr, reg, log, nil)
 
 			inbox := node.NewInbox()
 			m, err := mesh.New(mesh.Config{Self: self, ListenAddr: listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log})

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/netcode"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,7 +138,15 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	serveAdmin(ctx, o.adminAddr, reg, log)
+	var worldRef atomic.Pointer[gameWorld]
+	serveAdmin(ctx, o.adminAddr, reg, log, map[string]http.Handler{
+		"/lineage": lineageHandler(func() (lineage.Store, func()) {
+			if w := worldRef.Load(); w != nil {
+				return w.lineageStore()
+			}
+			return nil, func() {}
+		}),
+	})
 
 	game := o.gameConfig()
 	if err := game.Validate(); err != nil {
@@ -165,6 +175,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	worldRef.Store(world)
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServe()
 	served := make(chan error, 1)
@@ -316,7 +327,7 @@ func (el *embeddedLog) Close() {
 }
 
 // serveAdmin serves /metrics and /debug/pprof on addr until ctx ends.
-func serveAdmin(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) {
+func serveAdmin(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger, extra map[string]http.Handler) {
 	if addr == "" {
 		return
 	}
@@ -327,6 +338,9 @@ func serveAdmin(ctx context.Context, addr string, reg *prometheus.Registry, log 
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

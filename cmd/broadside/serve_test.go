@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +37,13 @@ func TestServeAndBotsProcesses(t *testing.T) {
 	dir := t.TempDir()
 	port := freeUDPPort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	serveArgs := []string{"serve", "--dev", "--fsync", "--listen", addr, "--admin-addr", "",
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := l.Addr().String()
+	l.Close()
+	serveArgs := []string{"serve", "--dev", "--fsync", "--listen", addr, "--admin-addr", admin,
 		"--tls-dir", filepath.Join(dir, "tls"), "--secret-file", filepath.Join(dir, "server.secret"), "--data", filepath.Join(dir, "data")}
 	runServer := func(name string) (*exec.Cmd, lockedOutput) {
 		f, err := os.Create(filepath.Join(dir, name))
@@ -109,6 +116,14 @@ func TestServeAndBotsProcesses(t *testing.T) {
 	if rep.Applied < rep.Sent/2 || rep.UpdatesPerSec < 10 || rep.DownBytesPerSec <= 0 {
 		t.Fatalf("state did not flow: %d applied of %d, %.1f updates/s, %.0f B/s down", rep.Applied, rep.Sent, rep.UpdatesPerSec, rep.DownBytesPerSec)
 	}
+	// Lineage queries against the running server.
+	cmd := exec.Command(os.Args[0], "lineage", "info", "--server", "http://"+admin)
+	cmd.Env = append(os.Environ(), "BROADSIDE_TEST_MAIN=1")
+	b, err := cmd.CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(\d+) input records`).Match(b) || bytes.Contains(b, []byte(" 0 input records")) {
+		t.Fatalf("lineage info --server: %v\n%s", err, b)
+	}
+	t.Logf("lineage info --server: %s", b)
 	first := stop(srv, out)
 
 	// A restarted server continues the same world where it stopped.
@@ -124,7 +139,7 @@ func TestServeAndBotsProcesses(t *testing.T) {
 	// Without --fsync the same directory is refused with a clear error.
 	args := append([]string(nil), serveArgs...)
 	args = append(args[:2], args[3:]...)
-	cmd := exec.Command(os.Args[0], args...)
+	cmd = exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "BROADSIDE_TEST_MAIN=1")
 	if b, err := cmd.CombinedOutput(); err == nil || !bytes.Contains(b, []byte("restart it with --fsync")) {
 		t.Fatalf("serve without --fsync on an fsync directory: %v\n%s", err, b)

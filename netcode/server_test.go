@@ -263,10 +263,14 @@ func FuzzIntake(f *testing.F) {
 	f.Add(wire.EncodeGameCommand(nil, wire.GameCommand{Seq: 1, Kind: wire.CommandFire, Side: 1}))
 	f.Add(wire.EncodeGameCommand(nil, wire.GameCommand{Seq: 2, Kind: wire.CommandAck, AckTick: 9, Player: 7}))
 	f.Add(wire.EncodeSession(nil, wire.Hello{Token: "x", Protocol: 1}))
+	f.Add(wire.EncodeSession(nil, wire.StateAck{Tick: 12}))
 	f.Add([]byte("garbage"))
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		in := NewIntake(7, IntakeLimits{})
 		v := in.Frame(frame, time.Unix(0, 0))
+		if v.StateAck != 0 && (v.Accepted || v.Append != nil || v.Err != nil) {
+			t.Fatalf("a state acknowledgement must not be appended: %+v", v)
+		}
 		if v.Accepted {
 			e, err := wire.DecodeEnvelope(v.Append)
 			if err != nil || e.Player != 7 || e.Kind != wire.EnvelopePlayerCommand {

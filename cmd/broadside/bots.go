@@ -95,14 +95,14 @@ and fires blindly.`,
 func printBotsReport(out io.Writer, rep bots.Report) {
 	fmt.Fprintf(out, "commands:    %d sent, %d durable, %d applied, %d rate-limited\n", rep.Sent, rep.Durable, rep.Applied, rep.RateLimited)
 	fmt.Fprintf(out, "ack latency: p50 %.2fms  p99 %.2fms  p99.9 %.2fms  max %.2fms (sent to durable in the log)\n",
-		ms(rep.AckP50us), ms(rep.AckP99us), ms(rep.AckP999us), ms(rep.AckMaxus))
+		usMs(rep.AckP50us), usMs(rep.AckP99us), usMs(rep.AckP999us), usMs(rep.AckMaxus))
 	fmt.Fprintf(out, "applied:     p50 %.1fms  p99 %.1fms  p99.9 %.1fms (sent to the state update of the tick that applied it)\n",
-		ms(rep.AppliedP50us), ms(rep.AppliedP99us), ms(rep.AppliedP999us))
-	fmt.Fprintf(out, "state:       %.1f updates/s per client, inter-arrival jitter p50 %.2fms p99 %.2fms\n", rep.UpdatesPerSec, ms(rep.JitterP50us), ms(rep.JitterP99us))
+		usMs(rep.AppliedP50us), usMs(rep.AppliedP99us), usMs(rep.AppliedP999us))
+	fmt.Fprintf(out, "state:       %.1f updates/s per client, inter-arrival jitter p50 %.2fms p99 %.2fms\n", rep.UpdatesPerSec, usMs(rep.JitterP50us), usMs(rep.JitterP99us))
 	fmt.Fprintf(out, "bandwidth:   %.0f B/s up, %.0f B/s down per client\n", rep.UpBytesPerSec, rep.DownBytesPerSec)
 }
 
-func ms(us int64) float64 { return float64(us) / 1000 }
+func usMs(us int64) float64 { return float64(us) / 1000 }
 
 func plotTimeline(rep bots.Report, file string) error {
 	p := plot.New()

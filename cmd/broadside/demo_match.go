@@ -283,8 +283,8 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 	rep.Players = botRep.Bots
 	rep.Ticks = final
 	rep.Sent, rep.Acked, rep.Applied = botRep.Sent, botRep.Durable, botRep.Applied
-	rep.AckP50ms, rep.AckP99ms = ms(botRep.AckP50us), ms(botRep.AckP99us)
-	rep.AppliedP99ms = ms(botRep.AppliedP99us)
+	rep.AckP50ms, rep.AckP99ms = usMs(botRep.AckP50us), usMs(botRep.AckP99us)
+	rep.AppliedP99ms = usMs(botRep.AppliedP99us)
 	rep.DownBytesSec = botRep.DownBytesPerSec
 
 	say("\nsummary\n")

@@ -14,8 +14,8 @@ import (
 )
 
 var (
-	oracleSeeds    = flag.Int("lineage.oracle-seeds", 24, "worlds the counterfactual oracle test plays")
-	oracleRemovals = flag.Int("lineage.oracle-removals", 60, "commands removed per world (evenly spaced; 0: all)")
+	oracleSeeds    = flag.Int("lineage.oracle-seeds", defaultSeeds, "worlds the counterfactual oracle test plays")
+	oracleRemovals = flag.Int("lineage.oracle-removals", defaultRemovals, "commands removed per world (evenly spaced; 0: all)")
 )
 
 // oracleMatch returns the match of a seed: 6–12 ships on a small sea of
@@ -39,12 +39,30 @@ func oracleMatch(seed uint64) *match {
 }
 
 // Categories of a command whose removal changes a ship that Why does not
-// name the command for, judged at the ship's first divergence.
+// name the command for, judged at the ship's first divergence. Only
+// missOneHistory is allowed.
 const (
-	missOwnHistory    = "no cannonball hit the ship at its first divergence (a lineage bug)"
-	missOneHistory    = "explained by derivations reported in one of the two histories only"
-	missSameBalls     = "unreported: the same cannonballs hit it in both histories, for different damage"
-	missOtherUnreport = "unreported: different cannonballs hit it, with no reported chain from the command"
+	missOwnHistory    = "no cannonball touched the ship at its first divergence, in either history (a lineage bug)"
+	missRecorded      = "explained by derivations reported in the recorded history (a lineage bug)"
+	missOneHistory    = "explained only with derivations of the history without the command"
+	missSameBalls     = "unreported: the same cannonballs touched it in both histories (a game bug)"
+	missOtherUnreport = "unreported: different cannonballs touched it, with no reported chain from the command (a game bug)"
+)
+
+// Bounds of missOneHistory. In any run, its share of the changed
+// (command, ship) pairs is at most maxOneHistoryShare (about 11%). In the
+// default run (the flags' defaults: the test is deterministic) its count
+// is at most oneHistoryPinned, a ratchet: a derivation the game stops
+// reporting at a wreck or past a ship it shields turns explained pairs
+// into pairs explained only without the command, and shows here first.
+// The count depends on the game's rules and the bots (like the golden hash
+// of demo/broadside) and on how far Why over-approximates: lower it when
+// it falls, and raise it only for a reason.
+const (
+	maxOneHistoryShare = 0.15
+	defaultSeeds       = 32
+	defaultRemovals    = 60
+	oneHistoryPinned   = 396
 )
 
 // TestWhyOracle is the brute-force counterfactual oracle. On small bot
@@ -58,54 +76,71 @@ const (
 // depend on its whole history), and the test measures how often (the
 // false-positive rate). It asserts:
 //
-//   - every ship whose first divergence is not at a tick where a
-//     cannonball hit it (in either history) is explained by Why: its own
-//     commands, orders given in transit between sectors and migrations,
-//     followed across sectors and time, must all be there;
-//   - Why and Affected agree on every (command, ship, tick) checked.
+//   - Why and Affected agree on every (command, ship, tick) checked;
+//   - every ship that removing c changes is explained by Why at its first
+//     divergence, with one exception (missOneHistory): the chain of
+//     derivations from c to the ship exists only with the derivations of
+//     the history without c. Lineage records one history, and the game
+//     cannot report what did not happen in it: a cannonball that hits the
+//     ship only without c (because with c it hit another ship at an
+//     earlier tick, or flew elsewhere, or was never fired) leaves no trace
+//     in the recorded history. Each such miss is checked to be explained
+//     that way (derivations followed in Why's order within each history),
+//     and their number is bounded (maxOneHistoryShare, oneHistoryPinned).
 //
-// Divergences that start at a hit cannot all be in Why, for two reasons
-// it measures and reports rather than asserts. First, lineage records one
-// history: a cannonball that hits the ship only in the history without c
-// has no derivation in the recorded one, so no single-history answer can
-// contain c. Second, the game reads state it does not report: every
-// sector draws gunnery jitter and hit damage from one random stream per
-// tick, so a broadside fired (or not) changes the draws of every later
-// shot and hit in that sector and tick; balls are tested in slot order; a
-// ball that hits a ship is destroyed by it without a derivation being
-// reported. The first kind is inherent to lineage; the second can only be
-// fixed in demo/broadside.
+// Every other miss fails the test: a dependency the game does not report
+// (a random stream, an id counter or an iteration order shared between
+// entities, a derivation not reported at a hit), or a chain reported in
+// the recorded history that Why does not follow.
 func TestWhyOracle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("counterfactual oracle: replays hundreds of matches")
 	}
 	var st oracleStats
 	st.misses = map[string]int{}
+	st.oneHistoryBy = map[string]int{}
 	st.examples = map[string]string{}
 	for seed := uint64(1); seed <= uint64(*oracleSeeds); seed++ {
 		oracleSeed(t, seed, &st)
 	}
-	t.Logf("%d worlds, %d commands removed (%d of them orders to ships in transit), %d hits in the original histories",
+	t.Logf("%d worlds, %d commands removed (%d of them orders to ships in transit), %d ships derived from cannonballs in the original histories",
 		*oracleSeeds, st.removals, st.transit, st.hits)
 	t.Logf("(command, ship, tick) triples: %d changed by the removal, %d of them named by Why (recall %.1f%%)",
 		st.changed, st.found, 100*float64(st.found)/float64(max(st.changed, 1)))
 	t.Logf("Why named the command in %d triples, %d of which the removal did not change (false-positive rate %.1f%%)",
 		st.named, st.named-st.found, 100*float64(st.named-st.found)/float64(max(st.named, 1)))
 	t.Logf("(command, ship) pairs changed: %d; not explained by Why at the first divergence: %d", st.pairs, st.pairMisses)
-	for _, c := range []string{missOwnHistory, missOneHistory, missSameBalls, missOtherUnreport} {
+	for _, c := range []string{missOwnHistory, missRecorded, missOneHistory, missSameBalls, missOtherUnreport} {
 		t.Logf("  %4d  %s", st.misses[c], c)
 		if ex, ok := st.examples[c]; ok {
 			t.Logf("        e.g. %s", ex)
 		}
 	}
+	var by []string
+	for _, k := range []string{"join", "throttle", "rudder", "fire"} {
+		by = append(by, fmt.Sprintf("%d %s", st.oneHistoryBy[k], k))
+	}
+	t.Logf("  commands removed in the %d pairs explained only without them: %s", st.misses[missOneHistory], strings.Join(by, ", "))
 	if st.changed < 1000 || st.hits < 100 || st.transit < 20 {
 		t.Fatalf("the battles are too quiet to test anything: %d changes, %d hits, %d orders in transit", st.changed, st.hits, st.transit)
+	}
+	for _, c := range []string{missOwnHistory, missRecorded, missSameBalls, missOtherUnreport} {
+		if n := st.misses[c]; n > 0 {
+			t.Errorf("%d changed ships not explained by Why (%s), e.g. %s", n, c, st.examples[c])
+		}
+	}
+	one := st.misses[missOneHistory]
+	if share := float64(one) / float64(st.pairs); share > maxOneHistoryShare {
+		t.Errorf("%.1f%% of the changed pairs are explained only without the command, more than %.0f%%", 100*share, 100*maxOneHistoryShare)
+	}
+	if *oracleSeeds == defaultSeeds && *oracleRemovals == defaultRemovals && one > oneHistoryPinned {
+		t.Errorf("%d changed pairs are explained only without the command, more than the %d of the last accepted run (e.g. %s)", one, oneHistoryPinned, st.examples[missOneHistory])
 	}
 }
 
 type oracleStats struct {
 	removals, transit, hits, changed, found, named, pairs, pairMisses int
-	misses                                                            map[string]int
+	misses, oneHistoryBy                                              map[string]int
 	examples                                                          map[string]string
 }
 
@@ -125,7 +160,7 @@ func oracleSeed(t *testing.T, seed uint64, st *oracleStats) {
 	}
 	for _, evs := range base.tap.derived {
 		for _, ev := range evs {
-			if isShip(ev.Entity) {
+			if isShip(ev.Entity) && isBall(lineage.EntityID(ev.Arg)) {
 				st.hits++
 			}
 		}
@@ -208,13 +243,13 @@ func oracleSeed(t *testing.T, seed uint64, st *oracleStats) {
 			st.pairMisses++
 			cat := classifyMiss(base, alt, aff, p, first)
 			st.misses[cat]++
+			if cat == missOneHistory {
+				st.oneHistoryBy[strings.Fields(describe(sc[c.k][c.i].payload))[0]]++
+			}
 			msg := fmt.Sprintf("seed %d, without position %d (player %d, %v at tick %d): ship %d first differs at tick %d:\n\t\twith    %+v\n\t\twithout %+v",
 				seed, cpos, sc[c.k][c.i].player, describe(sc[c.k][c.i].payload), c.k+1, p, first+1, base.ships[first][p], alt.ships[first][p])
 			if _, ok := st.examples[cat]; !ok {
 				st.examples[cat] = msg
-			}
-			if cat == missOwnHistory {
-				t.Errorf("Why misses a command that changed the ship's own history: %s", msg)
 			}
 		}
 	}
@@ -231,29 +266,26 @@ func describe(payload []byte) string {
 func isShip(e lineage.EntityID) bool { return uint64(e)>>56 == 1 }
 func isBall(e lineage.EntityID) bool { return uint64(e)>>56 == 2 }
 
-// ballKey names a cannonball the same way in both histories (its id
-// counts the balls fired in its sector, which removing a broadside
-// shifts): the ship that fired it, the tick, and its place in the
-// broadside.
+// ballKey names an entity the same way in both histories: a ship by its
+// id, a cannonball by its id and the tick it was fired. Ball ids name the
+// ship, the broadside and the gun, so a ball fired in both histories has
+// the same id in both; the tick tells apart balls of one gun fired at
+// different ticks of the same volley period in the two histories.
 type ballKey struct {
-	owner lineage.EntityID
-	tick  uint64
-	k     int
+	id   lineage.EntityID
+	tick uint64
 }
 
-// canon maps a history's entities to names shared by both histories.
+// canon maps a history's cannonballs to names shared by both histories.
 type canon map[lineage.EntityID]ballKey
 
 func canonOf(r *run) canon {
 	c := canon{}
-	n := map[ballKey]int{}
 	for k, evs := range r.tap.derived {
 		for _, ev := range evs {
-			if isBall(ev.Entity) {
-				key := ballKey{owner: lineage.EntityID(ev.Arg), tick: uint64(k + 1)}
-				key.k = n[key]
-				n[key]++
-				c[ev.Entity] = key
+			// A ball's first derivation is from the ship that fired it.
+			if _, seen := c[ev.Entity]; !seen && isBall(ev.Entity) {
+				c[ev.Entity] = ballKey{id: ev.Entity, tick: uint64(k + 1)}
 			}
 		}
 	}
@@ -264,7 +296,7 @@ func (c canon) name(e lineage.EntityID) ballKey {
 	if isBall(e) {
 		return c[e]
 	}
-	return ballKey{owner: e}
+	return ballKey{id: e}
 }
 
 // classifyMiss says why removing the command changed ship p first at tick
@@ -286,34 +318,10 @@ func classifyMiss(base, alt *run, aff *lineage.AffectedResult, p uint32, first i
 	if len(hb) == 0 && len(ha) == 0 {
 		return missOwnHistory
 	}
-	// The closure of the command over the derivations of both histories
-	// (tick by tick, to a fixed point within each tick).
-	closure := map[ballKey]uint64{}
-	for t := uint64(1); t <= tick; t++ {
-		for _, in := range aff.Entities {
-			if in.From == 0 && in.Since == t {
-				closure[cb.name(in.Entity)] = t
-			}
-		}
-		for grew := true; grew; {
-			grew = false
-			for _, h := range []struct {
-				r *run
-				c canon
-			}{{base, cb}, {alt, ca}} {
-				for _, ev := range h.r.tap.derived[t-1] {
-					from, to := h.c.name(lineage.EntityID(ev.Arg)), h.c.name(ev.Entity)
-					if _, in := closure[from]; in {
-						if _, done := closure[to]; !done {
-							closure[to] = t
-							grew = true
-						}
-					}
-				}
-			}
-		}
+	if reaches(tick, ship, aff, []*run{base}, []canon{cb}) {
+		return missRecorded
 	}
-	if _, ok := closure[ballKey{owner: ship}]; ok {
+	if reaches(tick, ship, aff, []*run{base, alt}, []canon{cb, ca}) {
 		return missOneHistory
 	}
 	key := func(ks []ballKey) string {
@@ -328,4 +336,67 @@ func classifyMiss(base, alt *run, aff *lineage.AffectedResult, p uint32, first i
 		return missSameBalls
 	}
 	return missOtherUnreport
+}
+
+// mark is where an entity is influenced from in one history: events of
+// tick at index idx or later (-1: the whole tick).
+type mark struct {
+	tick uint64
+	idx  int
+}
+
+func (m mark) before(n mark) bool { return m.tick < n.tick || m.tick == n.tick && m.idx < n.idx }
+
+// reaches reports whether ship is influenced by the command through tick
+// by the derivations of histories hs (canonical names cs): in each
+// history, an event "e derived from f" influences e if f was influenced
+// before the event (the order of Why: earlier ticks, earlier events of
+// the tick); an entity influenced in one history is taken to be
+// influenced in the others from the start of that tick.
+func reaches(tick uint64, ship lineage.EntityID, aff *lineage.AffectedResult, hs []*run, cs []canon) bool {
+	infl := make([]map[ballKey]mark, len(hs))
+	for h := range infl {
+		infl[h] = map[ballKey]mark{}
+	}
+	set := func(h int, e ballKey, m mark) bool {
+		if old, ok := infl[h][e]; ok && !m.before(old) {
+			return false
+		}
+		infl[h][e] = m
+		return true
+	}
+	for t := uint64(1); t <= tick; t++ {
+		for _, in := range aff.Entities {
+			if in.From == 0 && in.Since == t {
+				for h := range hs {
+					set(h, cs[0].name(in.Entity), mark{t, -1})
+				}
+			}
+		}
+		for grew := true; grew; {
+			grew = false
+			for h, r := range hs {
+				for k, ev := range r.tap.derived[t-1] {
+					from, to := cs[h].name(lineage.EntityID(ev.Arg)), cs[h].name(ev.Entity)
+					if m, ok := infl[h][from]; !ok || !m.before(mark{t, k}) {
+						continue
+					}
+					if set(h, to, mark{t, k}) {
+						grew = true
+						for o := range hs {
+							if o != h {
+								set(o, to, mark{t, -1})
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	for h := range hs {
+		if _, ok := infl[h][ballKey{id: ship}]; ok {
+			return true
+		}
+	}
+	return false
 }

@@ -160,9 +160,13 @@ func isqrt(n uint64) uint64 {
 }
 
 // rng is splitmix64: the only source of randomness in the game, always
-// seeded from the world seed and log-derived values (tick, player, sector).
+// seeded from the world seed and log-derived values. A stream is keyed by
+// the one event it decides (a ship's spawn, a broadside, a hit), so the
+// draws of an event never depend on how many other events drew before it.
 type rng struct{ s uint64 }
 
+// newRNG returns the stream keyed by parts (a domain tag, then the event's
+// identity).
 func newRNG(parts ...uint64) rng {
 	s := uint64(0x9e3779b97f4a7c15)
 	for _, p := range parts {

@@ -29,7 +29,7 @@ type gridShip struct {
 	slot int32
 	x, y int32
 	id   uint64
-	sunk bool // sunk by an earlier ball of this tick
+	sunk bool // a wreck, or sunk by an earlier ball of this tick
 }
 
 // newGrid covers r, extended by margin on every side.
@@ -82,14 +82,14 @@ func (g *grid) reset() {
 }
 
 // add counts a ship; call place after all adds.
-func (g *grid) add(slot int, x, y int32, id uint64) {
+func (g *grid) add(slot int, x, y int32, id uint64, sunk bool) {
 	cx, cy := g.cellXY(int64(x), int64(y))
 	g.counts[cy*g.nx+cx]++
-	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, id: id})
+	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, id: id, sunk: sunk})
 }
 
 // place sorts the added ships into their cells (stable: slot order within
-// a cell).
+// a cell; hit tests do not depend on it).
 func (g *grid) place() {
 	sum := int32(0)
 	for c, n := range g.counts {
@@ -110,10 +110,23 @@ func (g *grid) place() {
 	}
 }
 
-// firstHit returns the first afloat ship (in cell, then slot order) whose
-// hull circle the segment (ax, ay)→(bx, by) touches, skipping ship id skip,
-// or nil.
-func (g *grid) firstHit(ax, ay, bx, by int64, skip uint64) *gridShip {
+// pathTouch is a ship a cannonball's path touches; along orders the ships
+// touched by one path (the projection of the ship's centre on the path,
+// clamped to it); startInside says the path starts inside the ship's hull
+// circle.
+type pathTouch struct {
+	ship        *gridShip
+	along       int64
+	startInside bool
+}
+
+// touching appends to out the ships, afloat or sunk, other than ship id
+// skip, whose hull circle the segment (ax, ay)→(bx, by) touches, in their
+// order along the segment, then by id: an order that depends on where the
+// ships are, never on their table slots. The pointers are valid until the
+// next reset.
+func (g *grid) touching(ax, ay, bx, by int64, skip uint64, out []pathTouch) []pathTouch {
+	start := len(out)
 	cx0, cy0 := g.cellXY(min(ax, bx)-ShipRadius, min(ay, by)-ShipRadius)
 	cx1, cy1 := g.cellXY(max(ax, bx)+ShipRadius, max(ay, by)+ShipRadius)
 	for cy := cy0; cy <= cy1; cy++ {
@@ -121,13 +134,30 @@ func (g *grid) firstHit(ax, ay, bx, by int64, skip uint64) *gridShip {
 			c := cy*g.nx + cx
 			for k := g.start[c]; k < g.start[c+1]; k++ {
 				s := &g.sorted[k]
-				if s.id != skip && !s.sunk && segmentTouches(ax, ay, bx, by, int64(s.x), int64(s.y), ShipRadius) {
-					return s
+				if s.id == skip {
+					continue
+				}
+				if along, ok := segmentContact(ax, ay, bx, by, int64(s.x), int64(s.y), ShipRadius); ok {
+					ex, ey := int64(s.x)-ax, int64(s.y)-ay
+					out = append(out, pathTouch{ship: s, along: along, startInside: ex*ex+ey*ey <= ShipRadius*ShipRadius})
 				}
 			}
 		}
 	}
-	return nil
+	// Insertion sort: a path rarely touches more than one or two ships.
+	for i := start + 1; i < len(out); i++ {
+		for j := i; j > start && out[j].before(&out[j-1]); j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+func (p *pathTouch) before(q *pathTouch) bool {
+	if p.along != q.along {
+		return p.along < q.along
+	}
+	return p.ship.id < q.ship.id
 }
 
 // islandsNear returns the indexes of the islands whose inflated circle may
@@ -138,21 +168,24 @@ func (g *grid) islandsNear(x, y int64) []int32 {
 	return g.islItems[g.islStart[c]:g.islStart[c+1]]
 }
 
-// segmentTouches reports whether the segment (ax, ay)→(bx, by) passes within
-// r of (cx, cy). Segments are a few ticks of flight long, so the products
-// stay far below 2^63.
-func segmentTouches(ax, ay, bx, by, cx, cy, r int64) bool {
+// segmentContact reports whether the segment (ax, ay)→(bx, by) passes within
+// r of (cx, cy), and where along it the point nearest to (cx, cy) is: the
+// projection t of (cx, cy) - (ax, ay) on the segment times its length,
+// clamped to [0, length²], comparable between points for one segment.
+// Segments are a few ticks of flight long, so the products stay far below
+// 2^63.
+func segmentContact(ax, ay, bx, by, cx, cy, r int64) (along int64, ok bool) {
 	dx, dy := bx-ax, by-ay
 	px, py := ax, ay
 	if l2 := dx*dx + dy*dy; l2 != 0 {
 		t := (cx-ax)*dx + (cy-ay)*dy
 		switch {
 		case t >= l2:
-			px, py = bx, by
+			px, py, along = bx, by, l2
 		case t > 0:
-			px, py = ax+dx*t/l2, ay+dy*t/l2
+			px, py, along = ax+dx*t/l2, ay+dy*t/l2, t
 		}
 	}
 	ex, ey := cx-px, cy-py
-	return ex*ex+ey*ey <= r*r
+	return along, ex*ex+ey*ey <= r*r
 }

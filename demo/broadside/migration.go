@@ -8,13 +8,26 @@ import (
 	"github.com/anoptic/broadside/lineage"
 )
 
-// Entity ids: the kind in the top byte, stable across sectors.
+// Entity ids: the kind in the top byte, stable across sectors. An id names
+// what the entity is, never a count of what a sector did before, so an
+// entity has the same id in every history in which it exists (removing a
+// broadside from the log renumbers no other ball):
 //
-//	ship: 0x01 << 56 | player            (one ship per player, kept across respawns)
-//	ball: 0x02 << 56 | sector << 48 | n  (n counts the balls fired in that sector)
+//	ship: 0x01 << 56 | player       (one ship per player, kept across respawns)
+//	ball: 0x02 << 56 | player << 24 | n
+//
+// where player is the firing ship's and n the ball's number among that
+// ship's balls: volley × 2·Guns + side × Guns + gun, volley being the tick of
+// the broadside divided by Reload (mod 2^24 / 2·Guns). A side fires at most
+// once every Reload ticks, so a ship's broadsides of one side have distinct
+// volleys: ids are unique for 2^20 × Reload ticks (about 30 days), far
+// longer than a ball flies.
 const (
 	kindShip = 1
 	kindBall = 2
+
+	ballsPerVolley = 2 * Guns
+	volleys        = 1 << 24 / ballsPerVolley
 )
 
 // ShipID returns the entity id of player's ship.
@@ -22,8 +35,19 @@ func ShipID(player uint32) lineage.EntityID {
 	return lineage.EntityID(uint64(kindShip)<<56 | uint64(player))
 }
 
-func ballID(sector int, serial uint64) lineage.EntityID {
-	return lineage.EntityID(uint64(kindBall)<<56 | uint64(sector)<<48 | serial&(1<<48-1))
+// ballID returns the id of the n-th ball (mod 2^24) of player's ship.
+func ballID(player uint32, n uint64) lineage.EntityID {
+	return lineage.EntityID(uint64(kindBall)<<56 | uint64(player)<<24 | n&(1<<24-1))
+}
+
+// broadsideBallID returns the id of the ball of gun g (0 ≤ g < Guns) in the
+// broadside player's ship fires from side at tick.
+func broadsideBallID(player uint32, tick uint64, side Side, g int32) lineage.EntityID {
+	var s uint64
+	if side == Starboard {
+		s = 1
+	}
+	return ballID(player, tick/Reload%volleys*ballsPerVolley+s*Guns+uint64(g))
 }
 
 // Migration payloads (replay.Command.Payload when Player == 0), appended by

@@ -3,9 +3,35 @@
 // sectors that are independent simulation shards (replay.Sim).
 //
 // All game state lives in replay/table tables (so snapshots and state hashes
-// come for free) and uses fixed-point arithmetic only (see fixed.go).
-// Randomness comes from splitmix64 seeded by the world seed, the sector and
-// the tick. Step uses no maps in iteration, no clock and no goroutines.
+// come for free) and uses fixed-point arithmetic only (see fixed.go). Step
+// uses no maps in iteration, no clock and no goroutines.
+//
+// # Dependencies are exactly what lineage is told
+//
+// An entity's state depends only on its own history and on the entities
+// the sector reports it derived from (rec.Derived), never on a sector's
+// bookkeeping, so that removing a command from the log changes only what
+// lineage says the command influenced:
+//
+//   - randomness is drawn from a stream keyed by the event it decides (the
+//     world seed, the tick, and the shooter and side of a broadside, or the
+//     ball and ship of a hit), not from one stream per sector and tick
+//     whose draws every earlier event would shift;
+//   - entity ids name what the entity is (a ball: the ship that fired it,
+//     the broadside and the gun), never a counter of the sector's;
+//   - hits are resolved in the order of the balls' ids, and a ball meets
+//     the ships its path touches in their order along the path (then by
+//     id), never in the order of table slots, which depends on history;
+//   - a hit is reported both ways (the ship's damage from the ball, the
+//     ball's end from the ship); so is a ball flying on through a wreck
+//     (the ball from the wreck, as it enters it) and a ship the ball would
+//     have hit had another not been in the way (the ship from the ball).
+//
+// What remains unreported is what did not happen: a ball that would have
+// hit a ship had the command not been there, but in this history fell
+// into the sea or hit another ship at an earlier tick, leaves no trace to
+// report (lineage records one history). So does a broadside the guns
+// misfired because the sector was full of cannonballs (MaxBallsPerSector).
 //
 // # Sectors and migration
 //
@@ -38,8 +64,10 @@
 package broadside
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay"
@@ -60,7 +88,7 @@ const (
 
 	metaSize       = 40
 	metaTick       = 0  // u64: the tick of the last Step
-	metaBallSerial = 8  // u64: balls fired in this sector
+	metaBallSerial = 8  // u64: balls fired in this sector (a statistic; ball ids do not depend on it)
 	metaSunk       = 16 // u64: ships sunk in this sector
 	metaMigrated   = 24 // u64: entities that left this sector
 	metaLastPos    = 32 // u64: the highest log position applied
@@ -128,8 +156,11 @@ type Sector struct {
 
 	grid *grid
 	tick uint64
-	rng  rng
 	hash uint64
+
+	// Scratch of flyBalls, reused every tick.
+	flights []flight
+	touches []pathTouch
 
 	outBuf  []byte
 	outEnds []int
@@ -215,7 +246,6 @@ func (s *Sector) Step(tick uint64, cmds []replay.Command, rec lineage.Recorder) 
 	}
 	s.tick = tick
 	s.meta.Mut(0).SetU64(metaTick, tick)
-	s.rng = newRNG(s.geo.cfg.Seed, uint64(s.index), tick)
 	s.outBuf, s.outEnds = s.outBuf[:0], s.outEnds[:0]
 
 	for i := range cmds {
@@ -495,9 +525,21 @@ func (s *Sector) moveShip(i int) {
 	w.SetI32(mvY, int32(ny))
 }
 
-// fire launches a broadside of Guns cannonballs from ship i.
+// Keys of the random streams Step draws from (the world's layout draws its
+// own: islands and spawn points).
+const (
+	rngBroadside = 0xb40_ad51_de
+	rngHit       = 0x417_da3a9e
+)
+
+// fire launches a broadside of Guns cannonballs from ship i. Its spread is
+// drawn from a stream keyed by the shooter, the side and the tick, and its
+// balls' ids name the shooter, the broadside and the gun: neither depends
+// on anything else that happens in the sector.
 func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
-	owner := s.ships.Row(i).U64(shID)
+	sh := s.ships.Row(i)
+	owner, player := sh.U64(shID), sh.U32(shPlayer)
+	rng := newRNG(s.geo.cfg.Seed, rngBroadside, owner, s.tick, uint64(side))
 	r := s.motion.Row(i)
 	x, y, speed, heading := r.I32(mvX), r.I32(mvY), r.I32(mvSpeed), r.U16(mvHeading)
 	out := heading + Deg90
@@ -510,16 +552,16 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 		along := -GunSpan/2 + g*GunSpan/(Guns-1)
 		bx := x + mulQ16(along, cosH) + mulQ16(GunAbeam, cosO)
 		by := y + mulQ16(along, sinH) + mulQ16(GunAbeam, sinO)
-		aim := out + Angle(int16(s.rng.between(-200, 200))) // ±1.1°
-		v := BallSpeed + s.rng.between(-150, 150)
+		aim := out + Angle(int16(rng.between(-200, 200))) // ±1.1°
+		v := BallSpeed + rng.between(-150, 150)
+		lifetime := uint32(BallLifetime + rng.between(-5, 5))
 		b, err := s.balls.Alloc()
 		if err != nil {
 			return // the sector is full of cannonballs: the guns misfire
 		}
 		m := s.meta.Mut(0)
-		serial := m.U64(metaBallSerial)
-		m.SetU64(metaBallSerial, serial+1)
-		id := ballID(s.index, serial)
+		m.SetU64(metaBallSerial, m.U64(metaBallSerial)+1)
+		id := broadsideBallID(player, s.tick, side, g)
 		w := s.balls.Mut(b)
 		w.SetU64(blID, uint64(id))
 		w.SetU64(blOwner, owner)
@@ -528,7 +570,7 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 		w.SetI32(blVX, mulQ16(v, Cos(aim))+shipVX)
 		w.SetI32(blVY, mulQ16(v, Sin(aim))+shipVY)
 		w.SetU64(blSpawn, s.tick)
-		w.SetU32(blLifetime, uint32(BallLifetime+s.rng.between(-5, 5)))
+		w.SetU32(blLifetime, lifetime)
 		rec.Derived(id, lineage.EntityID(owner))
 	}
 }
@@ -575,15 +617,14 @@ func (s *Sector) bumpMigrated() {
 	m.SetU64(metaMigrated, m.U64(metaMigrated)+1)
 }
 
-// buildGrid buckets the afloat ships for the cannonballs' hit tests.
+// buildGrid buckets the ships for the cannonballs' hit tests: those afloat,
+// which balls hit, and the wrecks, which balls fly through (the flight
+// then depends on the wreck having sunk, which lineage is told).
 func (s *Sector) buildGrid() {
 	s.grid.reset()
 	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
-		r := s.ships.Row(i)
-		if r.U8(shSunk) == 0 {
-			m := s.motion.Row(i)
-			s.grid.add(i, m.I32(mvX), m.I32(mvY), r.U64(shID))
-		}
+		r, m := s.ships.Row(i), s.motion.Row(i)
+		s.grid.add(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
 	}
 	s.grid.place()
 }
@@ -594,11 +635,24 @@ func ballAt(r table.Record, t uint64) (int64, int64) {
 	return int64(r.I32(blX0)) + int64(r.I32(blVX))*age, int64(r.I32(blY0)) + int64(r.I32(blVY))*age
 }
 
+// flight is a cannonball whose path since its last hit test touched ships:
+// s.touches[lo:hi], in their order along the path. continued says the
+// path starts where this sector's previous hit test of the ball ended.
+type flight struct {
+	slot, lo, hi int32
+	id, spawn    uint64
+	continued    bool
+}
+
 // flyBalls moves every cannonball along its straight flight (positions are
 // a function of the tick, so a ball's record is written only when it is
-// fired or arrives), and resolves splashes, hits and border crossings.
+// fired or arrives), and resolves splashes, border crossings and then hits,
+// in the order of the balls' ids: which of two balls sinks a ship, and so
+// which flies on through the wreck, must not depend on the table slots
+// they happen to occupy.
 func (s *Sector) flyBalls(rec lineage.Recorder) {
 	t := s.tick
+	s.flights, s.touches = s.flights[:0], s.touches[:0]
 	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
 		r := s.balls.Row(i)
 		spawn := r.U64(blSpawn)
@@ -621,17 +675,65 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 		}
 		// Sweep the path since the last test: one tick, or on arrival the
 		// ticks in transit (the source tested up to departure-1).
-		from := t - 1
+		from, continued := t-1, true
 		if d := r.U64(blDeparted); d != 0 && r.U64(blArrived) == t {
-			from = d - 1
+			from, continued = d-1, false
 		}
-		from = max(from, spawn, t-min(t, MaxCatchUp))
+		if from < spawn || t-from > MaxCatchUp {
+			from, continued = max(from, spawn, t-min(t, MaxCatchUp)), false
+		}
 		ax, ay := ballAt(r, from)
-		owner := r.U64(blOwner)
-		if hit := s.grid.firstHit(ax, ay, x, y, owner); hit != nil {
-			hit.sunk = s.hitShip(int(hit.slot), r, rec)
-			s.balls.Free(i)
+		lo := len(s.touches)
+		s.touches = s.grid.touching(ax, ay, x, y, r.U64(blOwner), s.touches)
+		if len(s.touches) > lo {
+			s.flights = append(s.flights, flight{slot: int32(i), lo: int32(lo), hi: int32(len(s.touches)), id: r.U64(blID), spawn: spawn, continued: continued})
 		}
+	}
+	// Ids are unique among the balls in flight (see broadsideBallID); the
+	// spawn tick orders even balls of a forged migration.
+	slices.SortFunc(s.flights, func(a, b flight) int {
+		if c := cmp.Compare(a.id, b.id); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.spawn, b.spawn)
+	})
+	for k := range s.flights {
+		s.resolveFlight(&s.flights[k], rec)
+	}
+}
+
+// resolveFlight meets ball f with the ships its path touched, in their
+// order along the path: it flies on through wrecks (its flight is then
+// derived from theirs, sunk) and ends in the first ship afloat, which it
+// damages. The ships afloat beyond that one, which it would have reached
+// had that ship not been in the way, are derived from it too: that they
+// were not hit depends on it.
+func (s *Sector) resolveFlight(f *flight, rec lineage.Recorder) {
+	ball := lineage.EntityID(f.id)
+	hit := false
+	for _, tc := range s.touches[f.lo:f.hi] {
+		sh := tc.ship
+		switch {
+		case hit:
+			if !sh.sunk {
+				rec.Derived(lineage.EntityID(sh.id), ball)
+			}
+		case sh.sunk:
+			// Reported once per passage, when the ball enters the wreck:
+			// if this path starts inside it, the previous test here
+			// ended inside it, so the ball met it then, sunk (afloat,
+			// it would have ended the ball), and a wreck stays as it
+			// is, where it is, until it respawns elsewhere.
+			if !f.continued || !tc.startInside {
+				rec.Derived(ball, lineage.EntityID(sh.id))
+			}
+		default:
+			sh.sunk = s.hitShip(int(sh.slot), f, rec)
+			hit = true
+		}
+	}
+	if hit {
+		s.balls.Free(int(f.slot))
 	}
 }
 
@@ -647,12 +749,17 @@ func (s *Sector) splashes(x, y int64) bool {
 	return false
 }
 
-// hitShip applies ball r's damage to ship i, sinking it at zero hull; it
-// reports whether the ship sank.
-func (s *Sector) hitShip(i int, ball table.Record, rec lineage.Recorder) bool {
+// hitShip applies ball f's damage to ship i, sinking it at zero hull; it
+// reports whether the ship sank. The damage is drawn from a stream keyed by
+// the tick, the ball and the ship. Lineage: the ship's damage is derived
+// from the ball, and the ball's end from the ship.
+func (s *Sector) hitShip(i int, f *flight, rec lineage.Recorder) bool {
 	w := s.ships.Mut(i)
-	hull := w.I16(shHull) - int16(s.rng.between(MinDamage, MaxDamage))
-	rec.Derived(lineage.EntityID(w.U64(shID)), lineage.EntityID(ball.U64(blID)))
+	ship := w.U64(shID)
+	rng := newRNG(s.geo.cfg.Seed, rngHit, s.tick, f.id, ship)
+	hull := w.I16(shHull) - int16(rng.between(MinDamage, MaxDamage))
+	rec.Derived(lineage.EntityID(ship), lineage.EntityID(f.id))
+	rec.Derived(lineage.EntityID(f.id), lineage.EntityID(ship))
 	if hull > 0 {
 		w.SetI16(shHull, hull)
 		return false

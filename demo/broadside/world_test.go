@@ -2,7 +2,9 @@ package broadside
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -46,25 +48,48 @@ func worldTotals(w *World) totals {
 	return s
 }
 
+// firedRecorder collects the ids of the cannonballs fired (a ball's
+// derivation from the ship whose player its id names) and counts those
+// fired twice.
+type firedRecorder struct {
+	fired map[lineage.EntityID]struct{}
+	twice int
+}
+
+func (r *firedRecorder) Command(lineage.EntityID, uint64) {}
+func (r *firedRecorder) Derived(e, from lineage.EntityID) {
+	if uint64(e)>>56 != kindBall || uint64(e)>>24&(1<<32-1) != uint64(from)&(1<<32-1) {
+		return
+	}
+	if _, dup := r.fired[e]; dup {
+		r.twice++
+	}
+	r.fired[e] = struct{}{}
+}
+
 // TestDeterminism runs the same bot battle twice and requires identical
 // world hashes at every tick, with hits, sinkings, respawns and migrations
-// all happening.
+// all happening; no two cannonballs of the battle get the same id.
 func TestDeterminism(t *testing.T) {
 	const ships, ticks = 200, 2500
 	run := func() ([]uint64, *World) {
 		w := mustWorld(t, Config{Seed: 42, Width: 4000, Height: 4000, SectorsX: 2, SectorsY: 2, Islands: 12})
 		f := newFleet(t, w, ships, 9)
 		f.aggressive = true
+		rec := &firedRecorder{fired: map[lineage.EntityID]struct{}{}}
 		hashes := make([]uint64, 0, ticks)
 		for k := 0; k < ticks; k++ {
 			f.act()
-			w.Step(lineage.Nop)
+			w.Step(rec)
 			hashes = append(hashes, w.Hash())
 			if k%500 == 0 {
 				checkHashes(t, w)
 			}
 		}
 		checkHashes(t, w)
+		if n := uint64(len(rec.fired)); rec.twice != 0 || n != worldTotals(w).fired {
+			t.Fatalf("%d ball ids fired twice; %d ids for %d balls fired", rec.twice, n, worldTotals(w).fired)
+		}
 		return hashes, w
 	}
 	a, w := run()
@@ -102,7 +127,7 @@ func TestGoldenHash(t *testing.T) {
 		f.act()
 		w.Step(lineage.Nop)
 	}
-	const golden uint64 = 0x5f57c17e4aa30704
+	const golden uint64 = 0x64381b2e019d0cf9
 	if got := w.Hash(); got != golden {
 		t.Fatalf("hash after 600 ticks = %#x, golden %#x", got, golden)
 	}
@@ -361,6 +386,143 @@ func TestCombat(t *testing.T) {
 		t.Fatalf("lineage: %d balls from the shooter, %d hits on the target", fromShooter, hits)
 	}
 	t.Logf("hull %v, sunk at tick %d, %d balls fired, %d hits", hull, sunkAt, fromShooter, hits)
+}
+
+// TestBroadsidesIndependent fires one ship's broadsides with and without
+// another ship firing in the same sector (before it: the other ship has
+// the lower slot): the first ship's cannonballs, ids, paths and flight
+// times, are the same either way. Gunnery randomness and ball ids are
+// keyed by the broadside, not drawn from a stream or a counter the sector
+// shares, so lineage need not report a dependency between the two.
+func TestBroadsidesIndependent(t *testing.T) {
+	const a, b = 1, 2
+	run := func(bFires bool) map[lineage.EntityID][]BallView {
+		w := mustWorld(t, Config{Seed: 3, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1})
+		w.SubmitCommand(b, Join())
+		w.SubmitCommand(a, Join())
+		w.Step(lineage.Nop)
+		s := w.Sectors()[0]
+		placeShip(t, s, a, 600_000, 1_000_000, 0) // 800 m apart, firing north and south
+		placeShip(t, s, b, 1_400_000, 1_000_000, 0)
+		balls := map[lineage.EntityID][]BallView{}
+		for k := 0; k < 400; k++ {
+			for _, p := range []uint32{b, a} {
+				v, _ := s.Ship(p)
+				switch {
+				case p == b && !bFires:
+				case v.PortReload == 0:
+					w.SubmitCommand(p, Fire(Port))
+				case v.StarboardReload == 0:
+					w.SubmitCommand(p, Fire(Starboard))
+				}
+			}
+			w.Step(lineage.Nop)
+			w.Balls(func(v BallView) {
+				if v.Owner == ShipID(a) {
+					balls[v.ID] = append(balls[v.ID], v)
+				}
+			})
+		}
+		return balls
+	}
+	with, without := run(true), run(false)
+	if len(with) < 5*Guns {
+		t.Fatalf("only %d balls fired", len(with))
+	}
+	if !maps.EqualFunc(with, without, slices.Equal[[]BallView]) {
+		t.Fatal("another ship's broadsides changed a ship's cannonballs")
+	}
+}
+
+// TestHitsIndependentOfSlots plays the same duel of two shooters over two
+// overlapping targets in two worlds whose players joined in opposite
+// orders, so that ships and cannonballs sit in different table slots and
+// are sailed, fired and flown in different orders: every ship and ball is
+// the same at every tick, and so are the tick's derivations. It also
+// checks that balls flying on through wrecks, and ships a ball would have
+// reached had another not been in the way, are reported.
+func TestHitsIndependentOfSlots(t *testing.T) {
+	type tickState struct {
+		ships   []ShipView
+		balls   []BallView
+		derived [][2]lineage.EntityID
+	}
+	run := func(players []uint32) ([]tickState, *recorder) {
+		w := mustWorld(t, Config{Seed: 9, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1})
+		for _, p := range players {
+			w.SubmitCommand(p, Join())
+		}
+		w.Step(lineage.Nop)
+		s := w.Sectors()[0]
+		// The targets' hulls overlap, in one cell of the sector's grid.
+		placeShip(t, s, 1, 980_000, 880_000, 0) // port guns north, at the targets
+		placeShip(t, s, 2, 980_000, 1_120_000, 0)
+		placeShip(t, s, 3, 970_000, 1_000_000, 0)
+		placeShip(t, s, 4, 990_000, 1_000_000, 0)
+		all := &recorder{}
+		var out []tickState
+		for k := 0; k < 700; k++ {
+			for _, p := range []uint32{1, 2} {
+				if v, _ := s.Ship(p); !v.Sunk && v.PortReload == 0 && p == 1 {
+					w.SubmitCommand(p, Fire(Port))
+				} else if !v.Sunk && v.StarboardReload == 0 && p == 2 {
+					w.SubmitCommand(p, Fire(Starboard))
+				}
+			}
+			rec := &recorder{}
+			w.Step(rec)
+			st := tickState{ships: make([]ShipView, 5)}
+			w.Ships(func(v ShipView) { st.ships[v.Player] = v })
+			w.Balls(func(v BallView) { st.balls = append(st.balls, v) })
+			slices.SortFunc(st.balls, func(a, b BallView) int { return cmp.Compare(a.ID, b.ID) })
+			st.derived = rec.derived
+			all.derived = append(all.derived, rec.derived...)
+			out = append(out, st)
+		}
+		return out, all
+	}
+	a, rec := run([]uint32{1, 2, 3, 4})
+	b, _ := run([]uint32{4, 3, 2, 1})
+	for k := range a {
+		sa, sb := &a[k], &b[k]
+		// Broadsides are fired in slot order; hits are resolved in ball
+		// order. Compare the firing as a set and the hits in order.
+		fired := func(d [][2]lineage.EntityID) ([][2]lineage.EntityID, [][2]lineage.EntityID) {
+			var f, h [][2]lineage.EntityID
+			for _, e := range d {
+				if uint64(e[0])>>56 == kindBall && uint64(e[1])>>56 == kindShip && uint64(e[0])>>24&(1<<32-1) == uint64(e[1])&(1<<32-1) {
+					f = append(f, e)
+				} else {
+					h = append(h, e)
+				}
+			}
+			slices.SortFunc(f, func(x, y [2]lineage.EntityID) int { return cmp.Compare(x[0], y[0]) })
+			return f, h
+		}
+		fa, ha := fired(sa.derived)
+		fb, hb := fired(sb.derived)
+		if !slices.Equal(sa.ships, sb.ships) || !slices.Equal(sa.balls, sb.balls) || !slices.Equal(fa, fb) || !slices.Equal(ha, hb) {
+			t.Fatalf("tick %d differs with players joined in another order:\n%+v\n%+v", k+2, sa, sb)
+		}
+	}
+	var hits, wrecks, shields int
+	d := rec.derived
+	for i, e := range d {
+		ballFromShip := uint64(e[0])>>56 == kindBall && uint64(e[1])>>56 == kindShip
+		shipFromBall := uint64(e[0])>>56 == kindShip && uint64(e[1])>>56 == kindBall
+		switch {
+		case shipFromBall && i+1 < len(d) && d[i+1] == [2]lineage.EntityID{e[1], e[0]}:
+			hits++
+		case shipFromBall:
+			shields++ // not hit: the ball ended in another ship before
+		case ballFromShip && (i == 0 || d[i-1] != [2]lineage.EntityID{e[1], e[0]}) && uint64(e[0])>>24&(1<<32-1) != uint64(e[1])&(1<<32-1):
+			wrecks++ // the ball flew on through a wreck
+		}
+	}
+	t.Logf("%d hits, %d balls through wrecks, %d ships shielded", hits, wrecks, shields)
+	if hits < 20 || wrecks == 0 || shields == 0 {
+		t.Fatalf("%d hits, %d balls through wrecks, %d ships shielded: the duel tests too little", hits, wrecks, shields)
+	}
 }
 
 // TestInvalidRecordsIgnored replays a battle's log with garbage records

@@ -6,12 +6,12 @@ FUZZTIME ?= 30s
 DST_SEEDS ?= 500
 SOAK_SEEDS ?= 20000
 
-.PHONY: test deps vet unit dst faults generate fuzz bench dst-soak lint build
+.PHONY: test deps vet unit dst faults generate fuzz bench dst-soak lint build viewer
 
 ## test: install missing system packages, vet, run every test (the deterministic simulator and the process fault test included)
-test: deps vet unit dst faults
+test: deps vet unit dst faults viewer
 
-## deps: install what the tests need on a fresh Debian machine (flatc; later X11/GL for the viewer)
+## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:
 	@./scripts/deps.sh
 
@@ -52,3 +52,7 @@ bench:
 
 build:
 	CGO_ENABLED=0 $(GO) build ./cmd/broadside
+
+## viewer: the viewer's model tests and its real window under Xvfb (started if DISPLAY is unset), with screenshots
+viewer:
+	@./scripts/viewer-test.sh

@@ -142,6 +142,8 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 			world.Stop(context.Background())
 		}
 	}()
+	rec := startLiveRecording(ctx, o.recording, game, defaultWorldID, el.client)
+	defer rec.cancel()
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(serveCtx) }()
@@ -149,7 +151,7 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 		stopServe()
 		<-served
 	}()
-	say("%s game server on %s (QUIC, ALPN %s); world ticking at %d Hz\n", at(), srv.Addr(), netcode.ALPN, broadside.TickRate)
+	say("%s game server on %s (QUIC, ALPN %s); world ticking at %d Hz; recording to %s\n", at(), srv.Addr(), netcode.ALPN, broadside.TickRate, o.recording)
 
 	// The bots, and the acknowledged commands they saw.
 	var ackMu sync.Mutex
@@ -272,8 +274,10 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 		say("%s DETERMINISM FAILED: %d ticks checked; %s\n", at(), checked, div)
 	}
 
-	// The recording.
-	size, err := writeMatchRecording(ctx, o.recording, game, entries, final)
+	// The recording, written while the match ran: wait for its last tick.
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	size, err := rec.finish(rctx, final)
+	rcancel()
 	if err != nil {
 		return rep, fmt.Errorf("recording: %w", err)
 	}

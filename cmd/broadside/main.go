@@ -31,5 +31,6 @@ Start with 'broadside demo'.`,
 	registerBenchCmd(newBenchLineageCmd)
 	root.AddCommand(newDemoCmd(), newServeCmd(), newBotsCmd(), newTokenCmd(), newLogdCmd(), newLogCmd(),
 		newLineageCmd(), newBenchCmd())
+	root.AddCommand(newReplayCmd())
 	return root
 }

@@ -1,0 +1,1005 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog"
+	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/shardstore"
+	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/bsr"
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+)
+
+// Recordings of Broadside matches: one place for what 'serve', 'demo' and
+// 'replay' must agree on.
+//
+//   - The world id is defaultWorldID (gameserver.go), the world serve and
+//     demo run; 'replay export --world' defaults to it.
+//   - The header names the game (broadside.GameName) and its schema version
+//     (broadside.SchemaVersion) and carries the world's broadside.Config
+//     (MarshalBinary), so 'replay info|verify|seek' need no game flags.
+//   - broadsideRecordConfig gives Record the sectors, command kinds and
+//     kind names; recordBroadside runs a whole recording.
+
+// broadsideHeader returns the recording header of a Broadside world.
+func broadsideHeader(game broadside.Config, world uint32) (bsr.Header, error) {
+	gc, err := game.MarshalBinary()
+	if err != nil {
+		return bsr.Header{}, err
+	}
+	return bsr.Header{Game: broadside.GameName, SchemaVersion: broadside.SchemaVersion, TickRate: broadside.TickRate,
+		Seed: game.Seed, World: world, Shards: uint32(game.Sectors()), GameConfig: gc}, nil
+}
+
+// sectorSims returns a bsr NewSim of game's sectors.
+func sectorSims(game broadside.Config) func(uint32) (replay.TableSim, error) {
+	return func(shard uint32) (replay.TableSim, error) { return broadside.NewSector(game, int(shard)) }
+}
+
+// broadsideRecordConfig returns a RecordConfig for a Broadside world:
+// sims, lineage command kinds and their names. Callers set Source and
+// Writer, and optionally the tick range, policy and progress.
+func broadsideRecordConfig(game broadside.Config) bsr.RecordConfig {
+	return bsr.RecordConfig{NewSim: sectorSims(game), CommandKind: commandKind, KindNames: linKindNames, Logger: quietLogger()}
+}
+
+// recordBroadside records the log src delivers (from position 1) into a
+// new recording at path, with cfg's tick range, policy and progress, and
+// returns the stats and the file's size. It closes the file whatever
+// happens, so what was recorded stays readable.
+func recordBroadside(ctx context.Context, path string, game broadside.Config, world uint32, src replay.Source, cfg bsr.RecordConfig) (bsr.RecordStats, int64, error) {
+	h, err := broadsideHeader(game, world)
+	if err != nil {
+		return bsr.RecordStats{}, 0, err
+	}
+	w, err := bsr.Create(path, h, bsr.WriterOptions{})
+	if err != nil {
+		return bsr.RecordStats{}, 0, err
+	}
+	base := broadsideRecordConfig(game)
+	cfg.Source, cfg.Writer, cfg.NewSim, cfg.CommandKind, cfg.KindNames = src, w, base.NewSim, base.CommandKind, base.KindNames
+	if cfg.Logger == nil {
+		cfg.Logger = base.Logger
+	}
+	st, err := bsr.Record(ctx, cfg)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return st, w.Stats().Bytes, err
+}
+
+// recordMatchEntries records a finished match's log (entries from
+// position 1) through tick final at path: what 'demo' keeps of its match.
+func recordMatchEntries(ctx context.Context, path string, game broadside.Config, entries []msg.Entry, final uint64) (int64, error) {
+	_, size, err := recordBroadside(ctx, path, game, defaultWorldID, replay.NewSliceSource(entries, 1), bsr.RecordConfig{ToTick: final})
+	return size, err
+}
+
+// openRecording opens a Broadside recording and decodes its world.
+func openRecording(path string) (*bsr.Reader, broadside.Config, error) {
+	r, err := bsr.Open(path)
+	if err != nil {
+		return nil, broadside.Config{}, err
+	}
+	h := r.Header()
+	if h.Game != broadside.GameName {
+		r.Close()
+		return nil, broadside.Config{}, fmt.Errorf("%s is a recording of %q, not of %s", path, h.Game, broadside.GameName)
+	}
+	var game broadside.Config
+	if err := game.UnmarshalBinary(h.GameConfig); err != nil {
+		r.Close()
+		return nil, broadside.Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if uint32(game.Sectors()) != h.Shards {
+		r.Close()
+		return nil, broadside.Config{}, fmt.Errorf("%s: %d shards for a world of %d sectors", path, h.Shards, game.Sectors())
+	}
+	return r, game, nil
+}
+
+// schemaWarning says when a recording was made by another version of the
+// game's rules (re-simulating it may then diverge).
+func schemaWarning(w io.Writer, h bsr.Header) {
+	if h.SchemaVersion != broadside.SchemaVersion {
+		fmt.Fprintf(w, "warning: recorded with game schema version %d, this build is version %d: re-simulation may diverge\n", h.SchemaVersion, broadside.SchemaVersion)
+	}
+}
+
+// errReplayDiverged is returned by 'replay verify' when the recording does
+// not re-simulate (the process exits with status 1).
+var errReplayDiverged = errors.New("the recording does not re-simulate")
+
+// newReplayCmd is `broadside replay`: export, info, verify and seek of .bsr
+// recordings.
+func newReplayCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "Record matches to .bsr files, and inspect, verify and seek them",
+		Long: `A recording (.bsr) holds a match's command log, every tick's state hash per
+sector, incremental snapshots and lineage, checksummed chunk by chunk, with a
+seek index at the end. 'serve' and 'demo' write one while a match runs.
+
+  export   record a match: from a running server's log, a stored log, another
+           recording, or a generated bot match
+  info     what a recording holds
+  verify   re-simulate every tick and compare its hash; name the first tick,
+           entity and field that differ (exit status 1)
+  seek     the state at a tick, and how long the seek took`,
+		Example: `  broadside replay export --bots 200 --minutes 5 -o match.bsr
+  broadside replay info match.bsr
+  broadside replay verify match.bsr
+  broadside replay seek match.bsr --tick 4500`,
+	}
+	cmd.AddCommand(newReplayExportCmd(), newReplayInfoCmd(), newReplayVerifyCmd(), newReplaySeekCmd())
+	return cmd
+}
+
+type exportOptions struct {
+	out                string
+	logDir             string
+	useLog             bool
+	external           clusterFlags
+	follow             bool
+	fromFile           string
+	bots               int
+	minutes            float64
+	world              uint32
+	seed               uint64
+	worldSize          int32
+	sectors, islands   int
+	fromTick, toTick   uint64
+	fullEvery, deltaEv uint64
+	seekTarget         time.Duration
+	noProgress         bool
+	asJSON             bool
+}
+
+func newReplayExportCmd() *cobra.Command {
+	var o exportOptions
+	cmd := &cobra.Command{
+		Use:   "export",
+		Short: "Record a match to a .bsr file",
+		Long: `Record a match to a .bsr file, from one of:
+
+  --log-dir DIR    a stored command log: the data directory of a stopped 'serve'
+                   (its log/ holds the Pebble shard stores)
+  --log            a running server's command log cluster (give its --log-peers,
+                   --log-coord and TLS flags); records up to the log's tail when the
+                   export started, or with --follow keeps recording the match as it is
+                   played until --to-tick or Ctrl-C
+  --from FILE      another recording (to re-record it, e.g. with another snapshot
+                   policy)
+  --bots N         a match of N bots generated here (--minutes long), to try the tools
+                   without a server
+
+The world is described by --seed, --world-size, --sectors and --islands (the
+same flags and defaults as 'serve'); the recording keeps it, so the other
+replay commands need no game flags. Snapshots are placed so that a seek to
+any tick takes under --seek-target, unless --full-every fixes the schedule.
+The file is written as the match is read: if export is interrupted, the file
+holds every tick up to where it stopped.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runReplayExport(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.out, "out", "o", "", "the recording to write (.bsr)")
+	f.StringVar(&o.logDir, "log-dir", "", "record a stored command log: DIR or DIR/log holds its shard-* stores (the server must be stopped)")
+	f.BoolVar(&o.useLog, "log", false, "record from a running command log cluster (--log-peers, --log-coord, TLS flags)")
+	o.external.registerPrefixed(f, "log-")
+	f.BoolVar(&o.follow, "follow", false, "with --log: keep recording as the match goes on, until --to-tick or Ctrl-C")
+	f.StringVar(&o.fromFile, "from", "", "re-record this recording")
+	f.IntVar(&o.bots, "bots", 0, "record a generated match of this many bots")
+	f.Float64Var(&o.minutes, "minutes", 5, "with --bots: the match's length in minutes")
+	f.Uint32Var(&o.world, "world", defaultWorldID, "world id (the one 'serve' runs)")
+	def := defaultRecordGame()
+	f.Uint64Var(&o.seed, "seed", def.Seed, "world seed (as given to 'serve')")
+	f.Int32Var(&o.worldSize, "world-size", def.Width, "width and height of the sea in metres (as given to 'serve')")
+	f.IntVar(&o.sectors, "sectors", def.SectorsX, "sectors per side (as given to 'serve')")
+	f.IntVar(&o.islands, "islands", def.Islands, "islands (as given to 'serve')")
+	f.Uint64Var(&o.fromTick, "from-tick", 0, "first tick to record (0: the start of the match)")
+	f.Uint64Var(&o.toTick, "to-tick", 0, "last tick to record (0: the end)")
+	f.Uint64Var(&o.fullEvery, "full-every", 0, "fixed schedule: a full snapshot every this many ticks (0: adaptive)")
+	f.Uint64Var(&o.deltaEv, "delta-every", 0, "fixed schedule: a delta snapshot every this many ticks between full ones")
+	f.DurationVar(&o.seekTarget, "seek-target", bsr.DefaultSeekTarget, "adaptive schedule: seeks to any tick must take less than this")
+	f.BoolVar(&o.noProgress, "no-progress", false, "no progress display")
+	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
+	_ = cmd.MarkFlagRequired("out")
+	return cmd
+}
+
+func (o exportOptions) gameConfig() broadside.Config {
+	return broadside.Config{Seed: o.seed, Width: o.worldSize, Height: o.worldSize, SectorsX: o.sectors, SectorsY: o.sectors, Islands: o.islands}
+}
+
+func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions) error {
+	sources := 0
+	for _, set := range []bool{o.logDir != "", o.useLog, o.fromFile != "", o.bots > 0} {
+		if set {
+			sources++
+		}
+	}
+	if sources != 1 {
+		return errors.New("give exactly one of --log-dir, --log, --from and --bots")
+	}
+	if o.follow && !o.useLog {
+		return errors.New("--follow goes with --log")
+	}
+	game := o.gameConfig()
+	var (
+		src        replay.Source
+		total      uint64 // ticks (bots, to-tick) or positions (logs) to go, 0 if unknown
+		inPos      bool   // total counts log positions
+		closeSrc   = func() {}
+		posTracker *positionSource
+		what       string
+	)
+	switch {
+	case o.bots > 0:
+		ticks := uint64(o.minutes * 60 * broadside.TickRate)
+		m, err := newBotMatch(game, o.bots, ticks, o.seed)
+		if err != nil {
+			return err
+		}
+		src, total = m, ticks
+		what = fmt.Sprintf("a generated match of %d bots, %d ticks", o.bots, ticks)
+	case o.fromFile != "":
+		r, g, err := openRecording(o.fromFile)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if src, err = r.Source(); err != nil {
+			return err
+		}
+		game, total = g, r.LastTick()
+		if o.world == defaultWorldID {
+			o.world = r.Header().World
+		}
+		what = fmt.Sprintf("recording %s (ticks %d..%d)", o.fromFile, r.FirstTick(), r.LastTick())
+	case o.logDir != "":
+		sl, err := openStoredLog(o.logDir)
+		if err != nil {
+			return err
+		}
+		closeSrc = sl.Close
+		src, total, inPos = sl, sl.last, true
+		what = fmt.Sprintf("the stored log in %s (positions 1..%d)", sl.dir, sl.last)
+	case o.useLog:
+		c, closeAll, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{})
+		if err != nil {
+			return err
+		}
+		closeSrc = closeAll
+		sub := c.Subscribe(1)
+		src = sub
+		what = "the running log cluster"
+		if !o.follow {
+			tail, err := c.CheckTail(ctx)
+			if err != nil {
+				closeAll()
+				return fmt.Errorf("log tail: %w", err)
+			}
+			src, total, inPos = &positionSource{src: sub, last: tail}, tail, true
+			what += fmt.Sprintf(" up to its tail (position %d)", tail)
+		} else {
+			what += ", following the match (Ctrl-C to stop)"
+		}
+	}
+	defer closeSrc()
+	if err := game.Validate(); err != nil {
+		return err
+	}
+	if o.toTick > 0 && !inPos {
+		total = min(cmp.Or(total, o.toTick), o.toTick)
+	}
+	if inPos {
+		posTracker = &positionSource{src: src, last: ^uint64(0)}
+		if ps, ok := src.(*positionSource); ok {
+			posTracker = ps
+		}
+		src = posTracker
+	}
+	fmt.Fprintf(errOut, "recording %s into %s\n", what, o.out)
+	prog := newReplayProgress(errOut, "export", total, inPos, o.noProgress)
+	var tick atomic.Uint64
+	cfg := bsr.RecordConfig{FromTick: o.fromTick, ToTick: o.toTick,
+		Snapshots: bsr.SnapshotPolicy{FullEvery: o.fullEvery, DeltaEvery: o.deltaEv, SeekTarget: o.seekTarget},
+		Progress: func(t uint64) {
+			tick.Store(t)
+			if posTracker != nil {
+				prog.set(posTracker.pos.Load(), t)
+			} else {
+				prog.set(t, t)
+			}
+		}}
+	st, size, err := recordBroadside(ctx, o.out, game, o.world, src, cfg)
+	prog.finish()
+	if err != nil {
+		return err
+	}
+	if st.Ticks == 0 {
+		fmt.Fprintf(errOut, "warning: no tick was recorded (%s)\n", st.Stopped)
+	}
+	res := exportJSON{Path: o.out, Bytes: size, BaseTick: st.BaseTick, FirstTick: st.FirstTick, LastTick: st.LastTick,
+		Ticks: st.Ticks, Entries: st.Entries, FullSnapshots: st.FullSnapshots, DeltaSnapshots: st.DeltaSnapshots,
+		Stopped: st.Stopped, Seconds: st.Took.Seconds()}
+	if st.Ticks > 0 {
+		res.BytesPerMinute = float64(size) / (float64(st.Ticks) / broadside.TickRate / 60)
+		res.TicksPerSecond = float64(st.Ticks+st.FastForward) / st.Took.Seconds()
+	}
+	if o.asJSON {
+		return rpWriteJSON(out, res)
+	}
+	fmt.Fprintf(out, "wrote %s: ticks %d..%d (%s of play), %s (%s per minute)\n", o.out, st.FirstTick, st.LastTick,
+		rpPlayTime(st.Ticks), rpBytes(float64(size)), rpBytes(res.BytesPerMinute))
+	fmt.Fprintf(out, "  %d log entries, %d full and %d delta snapshots; recorded in %.1f s (%.0f ticks/s); stopped: %s\n",
+		st.Entries, st.FullSnapshots, st.DeltaSnapshots, st.Took.Seconds(), res.TicksPerSecond, st.Stopped)
+	return nil
+}
+
+type exportJSON struct {
+	Path           string  `json:"path"`
+	Bytes          int64   `json:"bytes"`
+	BaseTick       uint64  `json:"base_tick"`
+	FirstTick      uint64  `json:"first_tick"`
+	LastTick       uint64  `json:"last_tick"`
+	Ticks          uint64  `json:"ticks"`
+	Entries        uint64  `json:"entries"`
+	FullSnapshots  int     `json:"full_snapshots"`
+	DeltaSnapshots int     `json:"delta_snapshots"`
+	BytesPerMinute float64 `json:"bytes_per_minute"`
+	TicksPerSecond float64 `json:"ticks_per_sec"`
+	Stopped        string  `json:"stopped"`
+	Seconds        float64 `json:"seconds"`
+}
+
+func newReplayInfoCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "info FILE",
+		Short: "What a recording holds",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, game, err := openRecording(args[0])
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			in := r.Info()
+			if asJSON {
+				return rpWriteJSON(cmd.OutOrStdout(), infoJSON(in, game))
+			}
+			printInfo(cmd.OutOrStdout(), in, game)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func infoJSON(in bsr.Info, game broadside.Config) map[string]any {
+	chunks := map[string]any{}
+	for _, k := range in.Chunks {
+		chunks[k.Kind] = map[string]any{"chunks": k.Chunks, "raw_bytes": k.Raw, "stored_bytes": k.Stored}
+	}
+	return map[string]any{
+		"path": in.Path, "game": in.Header.Game, "schema_version": in.Header.SchemaVersion, "tick_rate": in.Header.TickRate,
+		"seed": in.Header.Seed, "world": in.Header.World, "shards": in.Header.Shards, "config": game,
+		"created": time.Unix(0, in.Header.Created).UTC().Format(time.RFC3339),
+		"bytes":   in.FileBytes, "indexed": in.Indexed, "truncated": in.Truncated,
+		"base_tick": in.BaseTick, "first_tick": in.FirstTick, "last_tick": in.LastTick, "ticks": in.Ticks,
+		"seconds": in.Duration.Seconds(), "first_pos": in.FirstPos, "last_pos": in.LastPos,
+		"full_snapshots": in.FullSnapshots, "delta_snapshots": in.DeltaSnapshots,
+		"snapshot_every_ticks": in.SnapshotEvery, "full_every_ticks": in.FullEvery,
+		"lineage_ranges": in.LineageRanges, "bytes_per_minute": in.BytesPerMinute, "chunks": chunks,
+	}
+}
+
+func printInfo(w io.Writer, in bsr.Info, game broadside.Config) {
+	h := in.Header
+	fmt.Fprintf(w, "%s: %s recording (schema %d) of world %d, seed %d, %d × %d m in %d sectors, %d islands\n",
+		in.Path, h.Game, h.SchemaVersion, h.World, h.Seed, game.Width, game.Height, h.Shards, game.Islands)
+	fmt.Fprintf(w, "  recorded %s; %d Hz\n", time.Unix(0, h.Created).UTC().Format(time.RFC3339), h.TickRate)
+	if in.Ticks == 0 {
+		fmt.Fprintf(w, "  no tick recorded (starts from tick %d)\n", in.BaseTick)
+	} else {
+		from := "the start of the match"
+		if in.BaseTick > 0 {
+			from = fmt.Sprintf("a snapshot of tick %d", in.BaseTick)
+		}
+		fmt.Fprintf(w, "  ticks %d..%d: %s of play, from %s; log positions %d..%d\n", in.FirstTick, in.LastTick, rpPlayTime(in.Ticks), from, in.FirstPos, in.LastPos)
+	}
+	fmt.Fprintf(w, "  %s, %s per minute of play\n", rpBytes(float64(in.FileBytes)), rpBytes(in.BytesPerMinute))
+	if in.FullSnapshots+in.DeltaSnapshots > 0 {
+		fmt.Fprintf(w, "  snapshots: %d full, %d delta (per sector: one every %.0f ticks, a full one every %.0f)\n",
+			in.FullSnapshots, in.DeltaSnapshots, in.SnapshotEvery, in.FullEvery)
+	}
+	fmt.Fprintf(w, "  lineage: %d ranges\n", in.LineageRanges)
+	if in.Indexed {
+		fmt.Fprintf(w, "  seek index: present\n")
+	} else {
+		fmt.Fprintf(w, "  seek index: missing (recovered by scanning)\n")
+	}
+	if in.Truncated != "" {
+		fmt.Fprintf(w, "  CUT: %s\n", in.Truncated)
+	}
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  chunk\tcount\traw\tin file\tshare\t")
+	for _, k := range in.Chunks {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%.1f%%\t\n", k.Kind, k.Chunks, rpBytes(float64(k.Raw)), rpBytes(float64(k.Stored)), 100*float64(k.Stored)/float64(max(in.FileBytes, 1)))
+	}
+	tw.Flush()
+	schemaWarning(w, h)
+}
+
+func newReplayVerifyCmd() *cobra.Command {
+	var asJSON, noProgress bool
+	cmd := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Re-simulate a recording and compare every tick's state hash",
+		Long: `Re-simulate a recording from its start with one replay.Runner per sector (the
+code that runs a live match) and compare every tick's state hash with the
+recorded one; every chunk's checksum is checked too. On a divergence the
+diverged sector is re-simulated up to its next recorded snapshot and compared
+with it record by record, to name the first entity and field that differ. The
+exit status is 1 when the recording does not re-simulate.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			r, game, err := openRecording(args[0])
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			out := cmd.OutOrStdout()
+			if !asJSON {
+				schemaWarning(out, r.Header())
+				if r.Truncated() != "" {
+					fmt.Fprintf(out, "recording cut: %s\n", r.Truncated())
+				}
+			}
+			prog := newReplayProgress(cmd.ErrOrStderr(), "verify", r.LastTick()-r.BaseTick(), false, noProgress || asJSON)
+			res, err := bsr.Verify(ctx, r, describedSectors(game), func(t uint64) { prog.set(t-r.BaseTick(), t) })
+			prog.finish()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if err := rpWriteJSON(out, verifyJSON(res)); err != nil {
+					return err
+				}
+			} else {
+				printVerify(out, r, res)
+			}
+			if !res.OK {
+				return fmt.Errorf("%w: tick %d, sector %d, %s %s", errReplayDiverged, res.FirstTick, res.Shard, res.Entity, res.Field)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress display")
+	return cmd
+}
+
+func verifyJSON(res bsr.VerifyResult) map[string]any {
+	m := map[string]any{"ok": res.OK, "ticks": res.Ticks, "chunks": res.Chunks, "seconds": res.Took.Seconds(), "truncated": res.Truncated, "detail": res.Detail}
+	if !res.OK {
+		m["first_tick"], m["shard"], m["want"], m["got"] = res.FirstTick, res.Shard, fmt.Sprintf("%#x", res.Want), fmt.Sprintf("%#x", res.Got)
+		m["diff_tick"], m["table"], m["slot"], m["offset"] = res.DiffTick, res.Table, res.Slot, res.Offset
+		m["entity"], m["field"] = res.Entity, res.Field
+	}
+	return m
+}
+
+func printVerify(w io.Writer, r *bsr.Reader, res bsr.VerifyResult) {
+	h := r.Header()
+	rate := float64(res.Ticks) / max(res.Took.Seconds(), 1e-9)
+	if res.OK {
+		fmt.Fprintf(w, "OK: ticks %d..%d (%s of play) × %d sectors re-simulated, every state hash matches; %d chunks checked (%.1f s, %.0f ticks/s)\n",
+			r.FirstTick(), r.LastTick(), rpPlayTime(res.Ticks), h.Shards, res.Chunks, res.Took.Seconds(), rate)
+		return
+	}
+	fmt.Fprintf(w, "DIVERGED at tick %d (%s into the match) in sector %d\n", res.FirstTick, rpPlayTime(res.FirstTick), res.Shard)
+	fmt.Fprintf(w, "  state hash: recorded %#x, re-simulated %#x\n", res.Want, res.Got)
+	switch {
+	case res.DiffTick == 0:
+		fmt.Fprintf(w, "  no recorded snapshot after it to compare the state with\n")
+	case res.Slot < 0 && res.Offset < 0 && res.Entity == "":
+		fmt.Fprintf(w, "  at tick %d the re-simulated state equals the recorded snapshot: the recorded hash is wrong, or the states converged again\n", res.DiffTick)
+	default:
+		fmt.Fprintf(w, "  first difference at the snapshot of tick %d: %s", res.DiffTick, res.Entity)
+		if res.Field != "" {
+			fmt.Fprintf(w, ", field %s", res.Field)
+		}
+		if want, got, ok := fieldValues(res.Table, res.Offset, res.WantBytes, res.GotBytes); ok {
+			fmt.Fprintf(w, ": recorded %s, re-simulated %s", want, got)
+		} else if len(res.WantBytes) > 0 {
+			fmt.Fprintf(w, " (bytes from offset %d: recorded % x, re-simulated % x)", res.Offset, res.WantBytes, res.GotBytes)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "  %s\n", res.Detail)
+}
+
+func newReplaySeekCmd() *cobra.Command {
+	var tick uint64
+	var ships int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "seek FILE --tick T",
+		Short: "The state of the world at a tick, and how long the seek took",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, game, err := openRecording(args[0])
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			sk, err := bsr.NewSeeker(r, sectorSims(game))
+			if err != nil {
+				return err
+			}
+			sk.Reset() // a cold seek: restore from snapshots, as for any tick
+			if err := sk.Seek(tick); err != nil {
+				return err
+			}
+			sum := summarize(sk, ships)
+			if asJSON {
+				return rpWriteJSON(cmd.OutOrStdout(), sum)
+			}
+			printSeek(cmd.OutOrStdout(), r, sum)
+			return nil
+		},
+	}
+	cmd.Flags().Uint64Var(&tick, "tick", 0, "the tick")
+	cmd.Flags().IntVar(&ships, "ships", 5, "list this many ships (most damaged first)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	_ = cmd.MarkFlagRequired("tick")
+	return cmd
+}
+
+type seekSummary struct {
+	Tick      uint64          `json:"tick"`
+	TookMs    float64         `json:"took_ms"`
+	RestoreMs float64         `json:"restore_ms"`
+	ReplayMs  float64         `json:"replay_ms"`
+	Replayed  uint64          `json:"replayed_ticks"`
+	Restored  int             `json:"restored_sectors"`
+	Snapshots int             `json:"snapshots"`
+	RawBytes  int64           `json:"snapshot_raw_bytes"`
+	Sectors   []sectorSummary `json:"sectors"`
+	Ships     int             `json:"ships"`
+	Sunk      int             `json:"sunk"`
+	Balls     int             `json:"balls"`
+	Listed    []shipSummary   `json:"listed_ships"`
+}
+
+type sectorSummary struct {
+	Sector int    `json:"sector"`
+	Ships  int    `json:"ships"`
+	Sunk   int    `json:"sunk"`
+	Balls  int    `json:"balls"`
+	Hash   string `json:"hash"`
+}
+
+type shipSummary struct {
+	Player   uint32  `json:"player"`
+	Sector   int     `json:"sector"`
+	X        float64 `json:"x_m"`
+	Y        float64 `json:"y_m"`
+	Heading  float64 `json:"heading_deg"`
+	Speed    float64 `json:"speed_mps"`
+	Hull     int16   `json:"hull"`
+	Sunk     bool    `json:"sunk"`
+	Throttle int8    `json:"throttle"`
+	Rudder   int8    `json:"rudder"`
+}
+
+func summarize(sk *bsr.Seeker, list int) seekSummary {
+	st := sk.LastSeek()
+	sum := seekSummary{Tick: sk.Tick(), TookMs: rpMs(st.Took), RestoreMs: rpMs(st.Restore), ReplayMs: rpMs(st.Replay),
+		Replayed: st.Replayed, Restored: st.Restored, Snapshots: st.Snapshots, RawBytes: st.RawBytes}
+	var all []broadside.ShipView
+	for i, sim := range sk.Sims() {
+		sec := sim.(*broadside.Sector)
+		ss := sectorSummary{Sector: i, Balls: sec.BallCount(), Hash: fmt.Sprintf("%#016x", sec.Hash())}
+		sec.Ships(func(v broadside.ShipView) {
+			ss.Ships++
+			if v.Sunk {
+				ss.Sunk++
+			}
+			all = append(all, v)
+		})
+		sum.Sectors = append(sum.Sectors, ss)
+		sum.Ships += ss.Ships
+		sum.Sunk += ss.Sunk
+		sum.Balls += ss.Balls
+	}
+	slices.SortFunc(all, func(a, b broadside.ShipView) int {
+		return cmp.Or(cmp.Compare(a.Hull, b.Hull), cmp.Compare(a.Player, b.Player))
+	})
+	for _, v := range all[:min(list, len(all))] {
+		x, y := v.Meters()
+		sum.Listed = append(sum.Listed, shipSummary{Player: v.Player, Sector: v.Sector, X: x, Y: y,
+			Heading: v.HeadingRadians() * 180 / 3.141592653589793, Speed: v.SpeedMetersPerSecond(),
+			Hull: v.Hull, Sunk: v.Sunk, Throttle: v.Throttle, Rudder: v.Rudder})
+	}
+	return sum
+}
+
+func printSeek(w io.Writer, r *bsr.Reader, s seekSummary) {
+	fmt.Fprintf(w, "tick %d (%s into the match; the recording holds %d..%d)\n", s.Tick, rpPlayTime(s.Tick), r.BaseTick(), r.LastTick())
+	fmt.Fprintf(w, "seek took %.2f ms: %d sectors restored from %d snapshots (%s raw) in %.2f ms, up to %d ticks replayed in %.2f ms\n",
+		s.TookMs, s.Restored, s.Snapshots, rpBytes(float64(s.RawBytes)), s.RestoreMs, s.Replayed, s.ReplayMs)
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "sector\tships\tsunk\tballs\tstate hash (matches the recording)")
+	for _, sec := range s.Sectors {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\n", sec.Sector, sec.Ships, sec.Sunk, sec.Balls, sec.Hash)
+	}
+	fmt.Fprintf(tw, "all\t%d\t%d\t%d\t\n", s.Ships, s.Sunk, s.Balls)
+	tw.Flush()
+	if len(s.Listed) > 0 {
+		fmt.Fprintln(w, "most damaged ships:")
+		tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "  player\tsector\tx m\ty m\theading\tspeed m/s\thull\tthrottle\trudder")
+		for _, v := range s.Listed {
+			hull := fmt.Sprint(v.Hull)
+			if v.Sunk {
+				hull = "sunk"
+			}
+			fmt.Fprintf(tw, "  %d\t%d\t%.0f\t%.0f\t%.0f°\t%.1f\t%s\t%d%%\t%d%%\n", v.Player, v.Sector, v.X, v.Y, v.Heading, v.Speed, hull, v.Throttle, v.Rudder)
+		}
+		tw.Flush()
+	}
+}
+
+// describedSector is a sector that names its records for verify
+// (bsr.Describer): the entity a table row holds and its fields. The
+// layout mirrors demo/broadside/sector.go's record constants;
+// TestDescribedSectorLayout checks it against the game's views.
+type describedSector struct{ *broadside.Sector }
+
+func describedSectors(game broadside.Config) func(uint32) (replay.TableSim, error) {
+	return func(shard uint32) (replay.TableSim, error) {
+		s, err := broadside.NewSector(game, int(shard))
+		if err != nil {
+			return nil, err
+		}
+		return describedSector{s}, nil
+	}
+}
+
+type fieldSpan struct {
+	off, size int
+	name      string
+	signed    bool
+}
+
+// fieldValues formats a divergence's recorded and re-simulated values of
+// the field at offset of a record of table, if the layout knows it.
+func fieldValues(tableID uint32, offset int, want, got []byte) (string, string, bool) {
+	for _, f := range sectorLayout[tableID].fields {
+		if f.off != offset || f.size > len(want) || f.size > len(got) {
+			continue
+		}
+		val := func(b []byte) string {
+			var v uint64
+			for i := f.size - 1; i >= 0; i-- {
+				v = v<<8 | uint64(b[i])
+			}
+			if f.signed {
+				shift := 64 - 8*f.size
+				return fmt.Sprint(int64(v<<shift) >> shift)
+			}
+			return fmt.Sprint(v)
+		}
+		return val(want), val(got), true
+	}
+	return "", "", false
+}
+
+// sectorLayout names the sector's tables and record fields by table id.
+var sectorLayout = map[uint32]struct {
+	name   string
+	fields []fieldSpan
+}{
+	1: {"meta", []fieldSpan{{0, 8, "tick", false}, {8, 8, "balls fired", false}, {16, 8, "ships sunk", false},
+		{24, 8, "entities migrated", false}, {32, 8, "last log position", false}}},
+	2: {"players", []fieldSpan{{0, 4, "player", false}, {4, 1, "fire side", false}, {5, 1, "throttle", true}, {6, 1, "rudder", true},
+		{8, 4, "ship slot", false}, {16, 8, "throttle order position", false}, {24, 8, "rudder order position", false},
+		{32, 8, "fire order position", false}}},
+	3: {"ships", []fieldSpan{{0, 8, "id", false}, {8, 4, "player", false}, {12, 4, "player slot", false}, {16, 2, "hull", true},
+		{18, 1, "sunk", false}, {24, 8, "port guns ready", false}, {32, 8, "starboard guns ready", false},
+		{40, 8, "respawn tick", false}, {48, 8, "fire order handled", false}}},
+	4: {"balls", []fieldSpan{{0, 8, "id", false}, {8, 8, "owner", false}, {16, 4, "x at launch", true}, {20, 4, "y at launch", true},
+		{24, 4, "vx", true}, {28, 4, "vy", true}, {32, 8, "launch tick", false}, {40, 4, "lifetime", false},
+		{48, 8, "departure tick", false}, {56, 8, "arrival tick", false}}},
+	5: {"motion", []fieldSpan{{0, 4, "x", true}, {4, 4, "y", true}, {8, 4, "speed", true}, {12, 2, "heading", false}}},
+}
+
+// DescribeRecord implements bsr.Describer.
+func (d describedSector) DescribeRecord(tableID uint32, slot, offset int) (entity, field string) {
+	lay, ok := sectorLayout[tableID]
+	if !ok {
+		return "", ""
+	}
+	var tables = d.Tables().Tables()
+	row := func(id uint32) (rec []byte) {
+		for _, t := range tables {
+			if t.ID() == id && slot < t.Slots() {
+				return t.Row(slot)
+			}
+		}
+		return nil
+	}
+	le := func(b []byte, off, n int) uint64 {
+		var v uint64
+		for i := n - 1; i >= 0; i-- {
+			v = v<<8 | uint64(b[off+i])
+		}
+		return v
+	}
+	switch tableID {
+	case 1:
+		entity = fmt.Sprintf("sector %d", d.Index())
+	case 2:
+		if r := row(2); r != nil {
+			entity = fmt.Sprintf("player %d", le(r, 0, 4))
+		}
+	case 3, 5:
+		if r := row(3); r != nil {
+			entity = fmt.Sprintf("ship:%d", le(r, 8, 4))
+		}
+	case 4:
+		if r := row(4); r != nil {
+			entity = fmt.Sprintf("ball %#x", le(r, 0, 8))
+		}
+	}
+	if entity == "" {
+		entity = fmt.Sprintf("%s slot %d", lay.name, slot)
+	}
+	if offset < 0 {
+		return entity, ""
+	}
+	for _, f := range lay.fields {
+		if offset >= f.off && offset < f.off+f.size {
+			return entity, f.name
+		}
+	}
+	return entity, fmt.Sprintf("byte %d", offset)
+}
+
+// storedLog is a Source over a stopped embedded command log: the Pebble
+// shard stores (shard-ID) of a data directory, merged in position order
+// up to the highest stable position any of them knows.
+type storedLog struct {
+	dir    string
+	stores []*shardstore.Pebble
+	last   uint64 // highest stable position
+	next   uint64
+	buf    []msg.Entry
+	bi     int
+}
+
+func openStoredLog(dir string) (*storedLog, error) {
+	var dirs []string
+	for _, d := range []string{dir, filepath.Join(dir, "log")} {
+		m, _ := filepath.Glob(filepath.Join(d, "shard-*"))
+		if len(m) > 0 {
+			dirs, dir = m, d
+			break
+		}
+	}
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("%s holds no command log (no shard-* stores in it or in its log/)", dir)
+	}
+	slices.Sort(dirs)
+	sl := &storedLog{dir: dir, next: 1}
+	trimmed := uint64(0)
+	for _, d := range dirs {
+		st, err := shardstore.Open(d, shardstore.Options{Logger: quietLogger()})
+		if err != nil {
+			sl.Close()
+			if strings.Contains(err.Error(), "lock") {
+				return nil, fmt.Errorf("%s is in use: stop the server first, or record its running log with --log --follow (%v)", d, err)
+			}
+			return nil, err
+		}
+		sl.stores = append(sl.stores, st)
+		meta, err := st.Meta()
+		if err != nil {
+			sl.Close()
+			return nil, err
+		}
+		sl.last = max(sl.last, meta.StableGP)
+		trimmed = max(trimmed, meta.Trimmed)
+	}
+	if trimmed > 0 {
+		sl.Close()
+		return nil, fmt.Errorf("the log in %s was trimmed up to position %d: a recording needs the log from the start of the world", dir, trimmed)
+	}
+	if sl.last == 0 {
+		sl.Close()
+		return nil, fmt.Errorf("the log in %s holds no stable entry", dir)
+	}
+	return sl, nil
+}
+
+// Next implements replay.Source.
+func (sl *storedLog) Next(ctx context.Context) (msg.Entry, error) {
+	if sl.bi < len(sl.buf) {
+		e := sl.buf[sl.bi]
+		sl.bi++
+		return e, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return msg.Entry{}, err
+	}
+	if sl.next > sl.last {
+		return msg.Entry{}, replay.ErrEndOfLog
+	}
+	to := min(sl.last, sl.next+4095)
+	sl.buf, sl.bi = sl.buf[:0], 0
+	for _, st := range sl.stores {
+		if err := st.Scan(sl.next, to, func(e msg.Entry) bool { sl.buf = append(sl.buf, e); return true }); err != nil {
+			return msg.Entry{}, err
+		}
+	}
+	slices.SortFunc(sl.buf, func(a, b msg.Entry) int { return cmp.Compare(a.Pos, b.Pos) })
+	for i, e := range sl.buf {
+		if e.Pos != sl.next+uint64(i) {
+			return msg.Entry{}, fmt.Errorf("stored log in %s: position %d is missing", sl.dir, sl.next+uint64(i))
+		}
+	}
+	if uint64(len(sl.buf)) != to-sl.next+1 {
+		return msg.Entry{}, fmt.Errorf("stored log in %s: position %d is missing", sl.dir, sl.next+uint64(len(sl.buf)))
+	}
+	sl.next = to + 1
+	return sl.Next(ctx)
+}
+
+// Close closes the stores.
+func (sl *storedLog) Close() {
+	for _, st := range sl.stores {
+		st.Close()
+	}
+	sl.stores = nil
+}
+
+// positionSource passes a Source through up to position last (then
+// ErrEndOfLog) and publishes the position reached.
+type positionSource struct {
+	src  replay.Source
+	last uint64
+	pos  atomic.Uint64
+}
+
+func (p *positionSource) Next(ctx context.Context) (msg.Entry, error) {
+	if p.pos.Load() >= p.last {
+		return msg.Entry{}, replay.ErrEndOfLog
+	}
+	e, err := p.src.Next(ctx)
+	if err != nil {
+		return e, err
+	}
+	if e.Pos > p.last {
+		p.pos.Store(p.last)
+		return msg.Entry{}, replay.ErrEndOfLog
+	}
+	p.pos.Store(e.Pos)
+	return e, nil
+}
+
+// replayProgress shows a long operation's progress on a terminal (an mpb
+// bar) or as a line every few seconds elsewhere.
+type replayProgress struct {
+	w        io.Writer
+	what     string
+	total    uint64
+	inPos    bool
+	p        *mpb.Progress
+	bar      *mpb.Bar
+	tick     atomic.Uint64
+	off      bool
+	start    time.Time
+	lastLine atomic.Int64
+}
+
+func newReplayProgress(w io.Writer, what string, total uint64, inPos, off bool) *replayProgress {
+	rp := &replayProgress{w: w, what: what, total: total, inPos: inPos, off: off, start: time.Now()}
+	if off {
+		return rp
+	}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			unit := "ticks"
+			if inPos {
+				unit = "log positions"
+			}
+			rp.p = mpb.New(mpb.WithOutput(w), mpb.WithWidth(40), mpb.WithRefreshRate(150*time.Millisecond))
+			rp.bar = rp.p.AddBar(int64(total),
+				mpb.PrependDecorators(decor.Name(what+" ", decor.WC{}), decor.CountersNoUnit("%d/%d "+unit, decor.WCSyncWidth)),
+				mpb.AppendDecorators(decor.Percentage(decor.WC{W: 5}), decor.Name(" "), decor.Elapsed(decor.ET_STYLE_MMSS, decor.WC{}),
+					decor.Any(func(decor.Statistics) string { return fmt.Sprintf("  tick %d", rp.tick.Load()) })))
+		}
+	}
+	return rp
+}
+
+// set reports progress: done units (of total) and the current tick.
+func (rp *replayProgress) set(done, tick uint64) {
+	if rp.off {
+		return
+	}
+	rp.tick.Store(tick)
+	if rp.bar != nil {
+		rp.bar.SetCurrent(int64(done))
+		return
+	}
+	now := time.Now().UnixNano()
+	if last := rp.lastLine.Load(); now-last > int64(2*time.Second) && rp.lastLine.CompareAndSwap(last, now) {
+		pct := ""
+		if rp.total > 0 {
+			pct = fmt.Sprintf(" (%.0f%%)", 100*float64(done)/float64(rp.total))
+		}
+		fmt.Fprintf(rp.w, "%s: tick %d%s, %.0f s\n", rp.what, tick, pct, time.Since(rp.start).Seconds())
+	}
+}
+
+func (rp *replayProgress) finish() {
+	if rp.bar != nil {
+		rp.bar.SetTotal(-1, true)
+		rp.p.Wait()
+	}
+}
+
+// playTime formats ticks as play time (m:ss.s).
+func rpPlayTime(ticks uint64) string {
+	tenths := ticks * 10 / broadside.TickRate
+	return fmt.Sprintf("%d:%02d.%d", tenths/600, tenths%600/10, tenths%10)
+}
+
+func rpBytes(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+func rpMs(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+func rpWriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -49,6 +49,13 @@ type ServerConfig struct {
 	// MaxInflight caps a player's commands waiting for durability
 	// (default 64); beyond it the player's stream is not read.
 	MaxInflight int
+	// MaxAppending caps the commands of all players waiting for
+	// durability (default 512). When the log cannot keep up, intake
+	// slows down (players' streams are read more slowly, QUIC flow
+	// control pushes back on the clients) instead of queueing without
+	// bound: latency stays bounded, and the world's tick markers, which
+	// share the log, keep getting through.
+	MaxAppending int
 	// State, if set, encodes the world's state for each client; Publish
 	// then sends every session the state of a tick (see Publish).
 	State StateSource
@@ -83,6 +90,8 @@ type Server struct {
 	watchers map[*session]struct{} // spectators
 	applied  map[uint32]uint64     // last client sequence applied, per player
 	state    []byte                // Publish's scratch
+	// appending holds a token per command being appended (MaxAppending).
+	appending chan struct{}
 }
 
 // StateSource is the game's side of the state fan-out: it keeps the
@@ -126,6 +135,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 64
 	}
+	if cfg.MaxAppending <= 0 {
+		cfg.MaxAppending = 512
+	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = 5 * time.Second
 	}
@@ -160,7 +172,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger, players: map[uint32]*session{},
-		watchers: map[*session]struct{}{}, applied: map[uint32]uint64{}}
+		watchers: map[*session]struct{}{}, applied: map[uint32]uint64{}, appending: make(chan struct{}, cfg.MaxAppending)}
 	s.metrics = serverMetrics{
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions", Help: "Open player sessions."}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions_closed_total",
@@ -332,13 +344,19 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 		case <-cctx.Done():
 			return cctx.Err()
 		}
+		select {
+		case s.appending <- struct{}{}:
+		case <-cctx.Done():
+			<-slots
+			return cctx.Err()
+		}
 		wg.Add(1)
 		s.inflight.Add(1)
 		received := time.Now()
 		go func(seq uint64, env []byte) {
 			defer wg.Done()
 			defer s.inflight.Add(-1)
-			defer func() { <-slots }()
+			defer func() { <-slots; <-s.appending }()
 			if err := s.cfg.Log.Append(cctx, env); err != nil {
 				s.metrics.commands.WithLabelValues("failed").Inc()
 				return

@@ -87,13 +87,14 @@ and fires blindly.`,
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run")
 	f.StringVar(&cfg.Behaviour, "behaviour", bots.Captain, "bot behaviour: captain (plays from the state) or random")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
+	f.IntVar(&cfg.Window, "window", 64, "commands a bot may have awaiting acknowledgement; with the window full it skips its turn")
 	f.StringVar(&jsonFile, "json", "", "write the report as JSON")
 	f.StringVar(&pngFile, "png", "", "write ack latency (p50, p99) over time as a PNG chart")
 	return cmd
 }
 
 func printBotsReport(out io.Writer, rep bots.Report) {
-	fmt.Fprintf(out, "commands:    %d sent, %d durable, %d applied, %d rate-limited\n", rep.Sent, rep.Durable, rep.Applied, rep.RateLimited)
+	fmt.Fprintf(out, "commands:    %d sent, %d durable, %d applied, %d rate-limited, %d turns skipped with the window full\n", rep.Sent, rep.Durable, rep.Applied, rep.RateLimited, rep.Skipped)
 	fmt.Fprintf(out, "ack latency: p50 %.2fms  p99 %.2fms  p99.9 %.2fms  max %.2fms (sent to durable in the log)\n",
 		usMs(rep.AckP50us), usMs(rep.AckP99us), usMs(rep.AckP999us), usMs(rep.AckMaxus))
 	fmt.Fprintf(out, "applied:     p50 %.1fms  p99 %.1fms  p99.9 %.1fms (sent to the state update of the tick that applied it)\n",

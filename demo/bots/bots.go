@@ -49,6 +49,11 @@ type Config struct {
 	// Behaviour is Captain (default) or Random.
 	Behaviour string
 	Seed      uint64
+	// Window bounds each bot's commands awaiting their durable
+	// acknowledgement (default 64): a bot whose window is full skips its
+	// turn, as a real client would wait, so an overloaded server shows
+	// as fewer commands sent (Skipped) rather than ever-growing queues.
+	Window int
 	// Progress, if set, is called about once a second.
 	Progress func(Snapshot)
 	// OnDurable, if set, is called for every command acknowledged as
@@ -81,6 +86,8 @@ type Report struct {
 	Durable     int64            `json:"durable"`
 	Applied     int64            `json:"applied"`
 	RateLimited int64            `json:"rate_limited"`
+	// Skipped counts turns a bot skipped with its window full.
+	Skipped int64 `json:"skipped_window_full"`
 	Errors      map[string]int64 `json:"errors"`
 	// Command sent to durable acknowledgement, microseconds.
 	AckP50us  int64 `json:"ack_p50_us"`
@@ -124,6 +131,7 @@ type stats struct {
 	jitter                   *hdrhistogram.Histogram
 	sent, durable, applied   int64
 	limited, updates         int64
+	skipped                  int64
 	errors                   map[string]int64
 }
 
@@ -148,6 +156,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "bot-"
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 64
 	}
 	rep := Report{Bots: cfg.N, RatePerBot: cfg.Rate, Behaviour: cfg.Behaviour}
 	st := &stats{ack: newHist(), ackWin: newHist(), app: newHist(), appWin: newHist(), jitter: newHist(), errors: map[string]int64{}}
@@ -248,7 +259,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	rep.DurationSec = elapsed.Seconds()
-	rep.Sent, rep.Durable, rep.Applied, rep.RateLimited = st.sent, st.durable, st.applied, st.limited
+	rep.Sent, rep.Durable, rep.Applied, rep.RateLimited, rep.Skipped = st.sent, st.durable, st.applied, st.limited, st.skipped
 	rep.Errors = st.errors
 	rep.AckP50us, rep.AckP99us, rep.AckP999us, rep.AckMaxus = st.ack.ValueAtQuantile(50), st.ack.ValueAtQuantile(99), st.ack.ValueAtQuantile(99.9), st.ack.Max()
 	rep.AppliedP50us, rep.AppliedP99us, rep.AppliedP999us = st.app.ValueAtQuantile(50), st.app.ValueAtQuantile(99), st.app.ValueAtQuantile(99.9)
@@ -362,6 +373,15 @@ func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
 		next = next.Add(interval)
 		if late := time.Since(next); late > time.Second {
 			next = time.Now() // far behind schedule: do not burst
+		}
+		b.mu.Lock()
+		full := len(b.acks) >= cfg.Window
+		b.mu.Unlock()
+		if full {
+			st.mu.Lock()
+			st.skipped++
+			st.mu.Unlock()
+			continue
 		}
 		b.send(b.decide(cfg.Behaviour, rng), st)
 	}

@@ -126,6 +126,10 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 	world, err := startGameWorld(ctx, gameWorldConfig{
 		Game: game, Dir: filepath.Join(dir, "data", "world"), Log: el.client, Server: srv, Hub: hub,
 		HistoryTicks: int(o.duration.Seconds()+60) * broadside.TickRate, Logger: errLog, Registry: reg,
+		// At most one capture a second, so that a recovery has log to
+		// replay (the default policy, tuned for a 200 ms recovery target,
+		// snapshots this small world nearly every tick).
+		MinSnapshotInterval: broadside.TickRate,
 		OnRecovery: func(r replay.Recovery) {
 			select {
 			case recovered <- r:
@@ -176,7 +180,7 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 	// Faults: a sim shard killed at a third of the match, the sequencing
 	// leader crashed at a half and restarted at three quarters.
 	if !o.noFaults {
-		sleepCtx(ctx, o.duration/3)
+		sleepCtx(ctx, o.duration/3+time.Duration(o.seed%20)*(time.Second/40))
 		const victim = 1
 		say("%s killing sim shard %d (sector %d) at tick %d; the other sectors keep running\n", at(), victim, victim, world.Tick())
 		world.sup.Kill(victim)

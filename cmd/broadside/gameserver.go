@@ -46,8 +46,10 @@ type gameWorldConfig struct {
 	// HistoryTicks is how many ticks of hashes the supervisor keeps per
 	// shard (a whole match for 'demo', to check it).
 	HistoryTicks int
-	// RecoveryTarget tunes the snapshot policy.
-	RecoveryTarget time.Duration
+	// RecoveryTarget tunes the snapshot policy; MinSnapshotInterval, if
+	// set, is the least number of ticks between two captures.
+	RecoveryTarget      time.Duration
+	MinSnapshotInterval uint64
 	Logger         *slog.Logger
 	Registry       prometheus.Registerer
 	// OnRecovery, if set, is called when a shard is live again.
@@ -154,7 +156,7 @@ func startGameWorld(ctx context.Context, cfg gameWorldConfig) (*gameWorld, error
 	srv := cfg.Server
 	w.sup, err = replay.NewSupervisor(replay.SupervisorConfig{
 		World: cfg.World, Shards: sectorSpecs(cfg.Game), Appender: cfg.Log, Store: w.snaps,
-		Policy: snapshot.Policy{RecoveryTarget: cfg.RecoveryTarget},
+		Policy: snapshot.Policy{RecoveryTarget: cfg.RecoveryTarget, MinInterval: cfg.MinSnapshotInterval},
 		Open: func(_ context.Context, _ uint32, from uint64) (replay.Source, error) {
 			return cfg.Log.Subscribe(from), nil
 		},

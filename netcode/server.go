@@ -43,9 +43,12 @@ type ServerConfig struct {
 	Log Appender
 	// Limits bound each player's commands.
 	Limits IntakeLimits
-	// TickRate and Tick tell clients the world's clock in Welcome.
+	// TickRate and Tick tell clients the world's clock in Welcome, and
+	// World describes the world (game-defined; e.g. its configuration,
+	// so that a spectator can draw the map).
 	TickRate uint16
 	Tick     func() uint64
+	World    []byte
 	// MaxInflight caps a player's commands waiting for durability
 	// (default 64); beyond it the player's stream is not read.
 	MaxInflight int
@@ -131,6 +134,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Log == nil || cfg.TLS == nil || len(cfg.Secret) < 16 {
 		return nil, errors.New("netcode: server needs Log, TLS and a Secret of at least 16 bytes")
+	}
+	if len(cfg.World) > wire.MaxWelcomeWorld {
+		return nil, fmt.Errorf("netcode: World of %d bytes exceeds %d", len(cfg.World), wire.MaxWelcomeWorld)
 	}
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 64
@@ -291,7 +297,7 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	defer stopWriter()
 	go sess.writeState(wctx)
 	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Welcome{PlayerID: claims.PlayerID, Player: claims.Player,
-		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate)})); err != nil {
+		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate), World: s.cfg.World})); err != nil {
 		return err
 	}
 	s.log.Info("player joined", "player", claims.Player, "id", claims.PlayerID, "spectator", sess.spectator, "remote", conn.RemoteAddr().String())

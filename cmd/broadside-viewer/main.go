@@ -52,9 +52,12 @@ type options struct {
 	token     string
 	tokenFile string
 	worldSeed uint64
-	worldSize int
-	sectors   int
-	islands   int
+	// worldFixed: a world flag was given, so it overrides the world the
+	// server describes in its Welcome.
+	worldFixed bool
+	worldSize  int
+	sectors    int
+	islands    int
 }
 
 const usage = `usage: broadside-viewer [flags] FILE.bsr
@@ -94,13 +97,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.caFile, "ca", "broadside-dev/tls/ca.pem", "--live: CA certificate `FILE` to trust (a dev server's ca.pem)")
 	fs.StringVar(&o.token, "token", "", "--live: the spectator's token ('broadside token --player NAME')")
 	fs.StringVar(&o.tokenFile, "token-file", "", "--live: read the token from `FILE`")
-	fs.Uint64Var(&o.worldSeed, "world-seed", 1, "--live: the server's world seed (broadside serve --seed)")
+	fs.Uint64Var(&o.worldSeed, "world-seed", 1, "--live: the server's world seed (broadside serve --seed); the world flags are needed only for servers that do not describe their world")
 	fs.IntVar(&o.worldSize, "world-size", 4000, "--live: the server's sea size in metres (broadside serve --world-size)")
 	fs.IntVar(&o.sectors, "sectors", 2, "--live: the server's sectors per side (broadside serve --sectors)")
 	fs.IntVar(&o.islands, "islands", 12, "--live: the server's islands (broadside serve --islands)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "world-seed", "world-size", "sectors", "islands":
+			o.worldFixed = true
+		}
+	})
 	switch fs.NArg() {
 	case 0:
 	case 1:
@@ -176,7 +185,7 @@ func dialLive(ctx context.Context, o options) (viewer.Source, error) {
 		SectorsX: o.sectors, SectorsY: o.sectors, Islands: o.islands}
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	l, err := viewer.DialLive(dctx, viewer.LiveOptions{Addr: o.live, TLS: tlsConf, Token: token, Config: cfg})
+	l, err := viewer.DialLive(dctx, viewer.LiveOptions{Addr: o.live, TLS: tlsConf, Token: token, Config: cfg, Fixed: o.worldFixed})
 	if err != nil {
 		return nil, err
 	}

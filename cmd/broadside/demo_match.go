@@ -114,10 +114,14 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	hub := newFrameHub(game.Sectors(), 0)
+	worldInfo, err := game.MarshalBinary()
+	if err != nil {
+		return rep, err
+	}
 	srv, err := netcode.NewServer(netcode.ServerConfig{
 		ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret, Log: el.client,
 		Limits: netcode.IntakeLimits{Rate: rate.Limit(max(2*o.rate, 60)), Burst: 60}, Logger: errLog, Registry: reg,
-		State: hub, SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate, Tick: hub.latest,
+		State: hub, SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate, Tick: hub.latest, World: worldInfo,
 	})
 	if err != nil {
 		return rep, err

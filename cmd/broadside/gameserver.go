@@ -50,8 +50,8 @@ type gameWorldConfig struct {
 	// set, is the least number of ticks between two captures.
 	RecoveryTarget      time.Duration
 	MinSnapshotInterval uint64
-	Logger         *slog.Logger
-	Registry       prometheus.Registerer
+	Logger              *slog.Logger
+	Registry            prometheus.Registerer
 	// OnRecovery, if set, is called when a shard is live again.
 	OnRecovery func(replay.Recovery)
 }

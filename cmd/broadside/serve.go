@@ -159,11 +159,15 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	defer closeLog()
 
 	hub := newFrameHub(game.Sectors(), int64(o.interest*1000))
+	worldInfo, err := game.MarshalBinary()
+	if err != nil {
+		return err
+	}
 	srv, err := netcode.NewServer(netcode.ServerConfig{
 		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc,
 		Limits: netcode.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
 		State: hub, SpectatorDelay: uint64(o.specDelay / (time.Second / broadside.TickRate)),
-		TickRate: broadside.TickRate, Tick: hub.latest,
+		TickRate: broadside.TickRate, Tick: hub.latest, World: worldInfo,
 	})
 	if err != nil {
 		return err

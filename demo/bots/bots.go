@@ -78,17 +78,17 @@ type Snapshot struct {
 
 // Report is the outcome of a run.
 type Report struct {
-	Bots        int              `json:"bots"`
-	Behaviour   string           `json:"behaviour"`
-	RatePerBot  float64          `json:"rate_per_bot"`
-	DurationSec float64          `json:"duration_s"`
-	Sent        int64            `json:"sent"`
-	Durable     int64            `json:"durable"`
-	Applied     int64            `json:"applied"`
-	RateLimited int64            `json:"rate_limited"`
+	Bots        int     `json:"bots"`
+	Behaviour   string  `json:"behaviour"`
+	RatePerBot  float64 `json:"rate_per_bot"`
+	DurationSec float64 `json:"duration_s"`
+	Sent        int64   `json:"sent"`
+	Durable     int64   `json:"durable"`
+	Applied     int64   `json:"applied"`
+	RateLimited int64   `json:"rate_limited"`
 	// Skipped counts turns a bot skipped with its window full.
-	Skipped int64 `json:"skipped_window_full"`
-	Errors      map[string]int64 `json:"errors"`
+	Skipped int64            `json:"skipped_window_full"`
+	Errors  map[string]int64 `json:"errors"`
 	// Command sent to durable acknowledgement, microseconds.
 	AckP50us  int64 `json:"ack_p50_us"`
 	AckP99us  int64 `json:"ack_p99_us"`

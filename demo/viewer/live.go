@@ -26,7 +26,10 @@ type LiveOptions struct {
 	Token string
 	// Config is the server's world (its seed, size, sectors and islands):
 	// the state stream carries ships and cannonballs, not the geometry.
+	// A server that describes its world in its Welcome (broadside serve
+	// does) overrides it, unless Fixed is set.
 	Config broadside.Config
+	Fixed  bool
 	// History is the number of recent ticks kept to seek back in
 	// (default 60 seconds of ticks).
 	History int
@@ -71,16 +74,25 @@ func DialLive(ctx context.Context, o LiveOptions) (*Live, error) {
 	if o.Token == "" {
 		return nil, errors.New("viewer: live mode needs a token (broadside token --player NAME)")
 	}
-	w, err := broadside.NewWorld(o.Config)
-	if err != nil {
-		return nil, err
-	}
 	if o.History <= 0 {
 		o.History = 60 * broadside.TickRate
 	}
 	c, err := netcode.Dial(ctx, netcode.ClientConfig{Addr: o.Addr, TLS: o.TLS, Token: o.Token, Spectator: true})
 	if err != nil {
 		return nil, fmt.Errorf("viewer: live %s: %w", o.Addr, err)
+	}
+	if world := c.Welcome().World; len(world) > 0 && !o.Fixed {
+		var cfg broadside.Config
+		if err := cfg.UnmarshalBinary(world); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("viewer: live %s: the server's world: %w", o.Addr, err)
+		}
+		o.Config = cfg
+	}
+	w, err := broadside.NewWorld(o.Config)
+	if err != nil {
+		c.Close()
+		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	l := &Live{client: c, world: WorldOf("live: "+o.Addr, o.Config, w), keep: o.History,

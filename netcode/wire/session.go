@@ -49,7 +49,13 @@ type Welcome struct {
 	Tick           uint64
 	TickRate       uint16
 	MaxCommandRate uint32
+	// World is the game's description of the world (at most
+	// MaxWelcomeWorld bytes).
+	World []byte
 }
+
+// MaxWelcomeWorld bounds Welcome.World.
+const MaxWelcomeWorld = 4096
 
 // AckStatus is the outcome of a command.
 type AckStatus uint8
@@ -109,7 +115,14 @@ func EncodeSession(dst []byte, m SessionMessage) []byte {
 		body = fb.HelloEnd(b)
 	case Welcome:
 		name := b.CreateString(m.Player)
+		var world flatbuffers.UOffsetT
+		if len(m.World) > 0 {
+			world = b.CreateByteVector(m.World)
+		}
 		fb.WelcomeStart(b)
+		if len(m.World) > 0 {
+			fb.WelcomeAddWorld(b, world)
+		}
 		fb.WelcomeAddTick(b, m.Tick)
 		fb.WelcomeAddPlayer(b, name)
 		fb.WelcomeAddPlayerId(b, m.PlayerID)
@@ -171,7 +184,7 @@ func VerifySession(buf []byte) error {
 	case fb.SessionBodyHello:
 		err = firstError(stringField(t, 0), t.Field(1, 2, 2), t.Field(2, 1, 1))
 	case fb.SessionBodyWelcome:
-		err = firstError(t.Field(0, 4, 4), stringField(t, 1), t.Field(2, 8, 8), t.Field(3, 2, 2), t.Field(4, 4, 4))
+		err = firstError(t.Field(0, 4, 4), stringField(t, 1), t.Field(2, 8, 8), t.Field(3, 2, 2), t.Field(4, 4, 4), vector(t, 5, 1))
 	case fb.SessionBodyCommandAck:
 		err = firstError(t.Field(0, 8, 8), t.Field(1, 1, 1))
 	case fb.SessionBodyStateUpdate:
@@ -224,7 +237,14 @@ func DecodeSession(b []byte) (SessionMessage, error) {
 		var x fb.Welcome
 		x.Init(tab.Bytes, tab.Pos)
 		name, err := str(x.Player())
-		return Welcome{PlayerID: x.PlayerId(), Player: name, Tick: x.Tick(), TickRate: x.TickRate(), MaxCommandRate: x.MaxCommandRate()}, err
+		w := Welcome{PlayerID: x.PlayerId(), Player: name, Tick: x.Tick(), TickRate: x.TickRate(), MaxCommandRate: x.MaxCommandRate()}
+		if world := x.WorldBytes(); len(world) > 0 {
+			if len(world) > MaxWelcomeWorld {
+				return nil, fmt.Errorf("wire: Welcome: world of %d bytes exceeds %d: %w", len(world), MaxWelcomeWorld, ErrMalformed)
+			}
+			w.World = append([]byte(nil), world...)
+		}
+		return w, err
 	case fb.SessionBodyCommandAck:
 		var x fb.CommandAck
 		x.Init(tab.Bytes, tab.Pos)

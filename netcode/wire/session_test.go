@@ -11,6 +11,7 @@ var sessionSamples = []SessionMessage{
 	Hello{Token: "v1.abc.def", Protocol: 1},
 	Hello{Token: "", Spectator: true},
 	Welcome{PlayerID: 7, Player: "ada", Tick: 99, TickRate: 30, MaxCommandRate: 60},
+	Welcome{PlayerID: 8, Player: "bo", TickRate: 30, World: []byte{1, 2, 3}},
 	CommandResult{Seq: 12, Status: AckDurable},
 	CommandResult{Seq: 13, Status: AckRateLimited},
 	StateUpdate{Tick: 100, BaseTick: 98, LastAppliedSeq: 12, Payload: []byte{1, 2, 3}},

@@ -89,8 +89,42 @@ func (rcv *Welcome) MutateMaxCommandRate(n uint32) bool {
 	return rcv._tab.MutateUint32Slot(12, n)
 }
 
+func (rcv *Welcome) World(j int) byte {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(14))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.GetByte(a + flatbuffers.UOffsetT(j*1))
+	}
+	return 0
+}
+
+func (rcv *Welcome) WorldLength() int {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(14))
+	if o != 0 {
+		return rcv._tab.VectorLen(o)
+	}
+	return 0
+}
+
+func (rcv *Welcome) WorldBytes() []byte {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(14))
+	if o != 0 {
+		return rcv._tab.ByteVector(o + rcv._tab.Pos)
+	}
+	return nil
+}
+
+func (rcv *Welcome) MutateWorld(j int, n byte) bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(14))
+	if o != 0 {
+		a := rcv._tab.Vector(o)
+		return rcv._tab.MutateByte(a+flatbuffers.UOffsetT(j*1), n)
+	}
+	return false
+}
+
 func WelcomeStart(builder *flatbuffers.Builder) {
-	builder.StartObject(5)
+	builder.StartObject(6)
 }
 func WelcomeAddPlayerId(builder *flatbuffers.Builder, playerId uint32) {
 	builder.PrependUint32Slot(0, playerId, 0)
@@ -106,6 +140,12 @@ func WelcomeAddTickRate(builder *flatbuffers.Builder, tickRate uint16) {
 }
 func WelcomeAddMaxCommandRate(builder *flatbuffers.Builder, maxCommandRate uint32) {
 	builder.PrependUint32Slot(4, maxCommandRate, 0)
+}
+func WelcomeAddWorld(builder *flatbuffers.Builder, world flatbuffers.UOffsetT) {
+	builder.PrependUOffsetTSlot(5, flatbuffers.UOffsetT(world), 0)
+}
+func WelcomeStartWorldVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
+	return builder.StartVector(1, numElems, 1)
 }
 func WelcomeEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

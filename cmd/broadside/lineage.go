@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/anoptic/broadside/demo/broadside"
@@ -44,7 +43,7 @@ positions) and which other entities its state was derived from.
 Queries read a lineage store (--store DIR, the Pebble store written beside the
 snapshots, or by 'broadside lineage demo'), or ask a running server
 (--server http://ADMIN-ADDR, the --admin-addr of 'broadside serve'). Entities are named ship:PLAYER,
-ball:SECTOR.N, or by their numeric id. Answers are over-approximations of the
+ball:PLAYER.N (the N-th ball of that player's ship), or by their numeric id. Answers are over-approximations of the
 data that flowed into a state: an entity's state is taken to depend on its
 whole history; see docs/benchmarks-lineage.md for how this compares with
 re-simulating the match without a command.`,
@@ -135,7 +134,7 @@ derivations before then, across sectors, up to --depth derivations.`,
 			})
 		},
 	}
-	why.Flags().StringVar(&entity, "entity", "", "the entity: ship:PLAYER, ball:SECTOR.N or a numeric id")
+	why.Flags().StringVar(&entity, "entity", "", "the entity: ship:PLAYER, ball:PLAYER.N or a numeric id")
 	why.Flags().Uint64Var(&tick, "tick", 0, "the tick (its end state)")
 	why.Flags().IntVar(&shard, "shard", -1, "the sector the frame is from (-1: wherever the entity was)")
 	why.Flags().IntVar(&depth, "depth", 4, "derivations to follow (0: the entity's own commands; -1: no limit)")
@@ -249,40 +248,9 @@ orders behind them.`,
 
 // Entity names: Broadside's ids carry the kind in the top byte (ship:
 // player; ball: sector and serial).
-func linEntityName(e lineage.EntityID) string {
-	switch uint64(e) >> 56 {
-	case 1:
-		return fmt.Sprintf("ship:%d", uint32(e))
-	case 2:
-		return fmt.Sprintf("ball:%d.%d", (uint64(e)>>48)&0xff, uint64(e)&(1<<48-1))
-	}
-	return fmt.Sprintf("%#x", uint64(e))
-}
+func linEntityName(e lineage.EntityID) string { return broadside.EntityName(e) }
 
-func linParseEntity(s string) (lineage.EntityID, error) {
-	bad := fmt.Errorf("entity %q: want ship:PLAYER, ball:SECTOR.N or a number", s)
-	switch {
-	case strings.HasPrefix(s, "ship:"):
-		p, err := strconv.ParseUint(s[5:], 10, 32)
-		if err != nil || p == 0 {
-			return 0, bad
-		}
-		return broadside.ShipID(uint32(p)), nil
-	case strings.HasPrefix(s, "ball:"):
-		sec, n, ok := strings.Cut(s[5:], ".")
-		a, err1 := strconv.ParseUint(sec, 10, 8)
-		b, err2 := strconv.ParseUint(n, 10, 48)
-		if !ok || err1 != nil || err2 != nil {
-			return 0, bad
-		}
-		return lineage.EntityID(2<<56 | a<<48 | b), nil
-	}
-	v, err := strconv.ParseUint(s, 0, 64)
-	if err != nil || v == 0 {
-		return 0, bad
-	}
-	return lineage.EntityID(v), nil
-}
+func linParseEntity(s string) (lineage.EntityID, error) { return broadside.ParseEntity(s) }
 
 func linWriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

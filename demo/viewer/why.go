@@ -24,17 +24,9 @@ func IsBall(e lineage.EntityID) bool { return uint64(e)>>56 == entityBall }
 // ShipPlayer returns the player whose ship e is.
 func ShipPlayer(e lineage.EntityID) uint32 { return uint32(e) }
 
-// EntityName names an entity the way the CLI does: ship:PLAYER,
-// ball:SECTOR.SERIAL, or its id in hex.
-func EntityName(e lineage.EntityID) string {
-	switch uint64(e) >> 56 {
-	case entityShip:
-		return fmt.Sprintf("ship:%d", uint32(e))
-	case entityBall:
-		return fmt.Sprintf("ball:%d.%d", (uint64(e)>>48)&0xff, uint64(e)&(1<<48-1))
-	}
-	return fmt.Sprintf("%#x", uint64(e))
-}
+// EntityName names an entity the way the CLI does (broadside.EntityName):
+// ship:PLAYER, ball:PLAYER.N, or its id in hex.
+func EntityName(e lineage.EntityID) string { return broadside.EntityName(e) }
 
 // Hit is a cannonball that hit a ship, and the ship that fired it.
 type Hit struct {

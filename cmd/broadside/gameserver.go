@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
@@ -29,6 +30,7 @@ type worldLog interface {
 	replay.TickLog
 	Append(ctx context.Context, data []byte) error
 	Subscribe(from uint64) *cmdlog.Subscription
+	Trim(ctx context.Context, upTo uint64) (uint64, error)
 }
 
 // gameWorldConfig configures a running world.
@@ -54,6 +56,13 @@ type gameWorldConfig struct {
 	Registry            prometheus.Registerer
 	// OnRecovery, if set, is called when a shard is live again.
 	OnRecovery func(replay.Recovery)
+	// Retain, if not 0, trims the log (and the lineage with it) to about
+	// this much play behind the newest tick, never past what the
+	// sectors' snapshots need to recover; 0 keeps everything.
+	Retain time.Duration
+	// TrimStep is the least number of positions a trim removes (default
+	// 1024), so that trims stay large and rare.
+	TrimStep uint64
 }
 
 // gameWorld runs a Broadside world on the command log: a Ticker, a
@@ -68,7 +77,8 @@ type gameWorld struct {
 	hub     *frameHub
 	metrics worldMetrics
 
-	storesMu sync.RWMutex // held to read linDB from other goroutines, and to close it
+	storesMu sync.RWMutex  // held to read linDB from other goroutines, and to close it
+	trimmed  atomic.Uint64 // the log is trimmed up to this position
 
 	cancelTicker, cancelSup context.CancelFunc
 	tickerDone, supDone     chan error
@@ -217,6 +227,9 @@ func startGameWorld(ctx context.Context, cfg gameWorldConfig) (*gameWorld, error
 	w.supDone, w.tickerDone, w.publishDone = make(chan error, 1), make(chan error, 1), make(chan struct{})
 	go func() { w.supDone <- w.sup.Run(sctx) }()
 	go func() { w.tickerDone <- w.ticker.Run(tctx) }()
+	if cfg.Retain > 0 {
+		go w.trimLoop(sctx)
+	}
 	go func() {
 		defer close(w.publishDone)
 		for {
@@ -232,6 +245,66 @@ func startGameWorld(ctx context.Context, cfg gameWorldConfig) (*gameWorld, error
 		}
 	}()
 	return w, nil
+}
+
+// trimLoop trims the log behind the snapshots every few seconds, keeping
+// cfg.Retain of play, in large steps; the lineage follows the log.
+func (w *gameWorld) trimLoop(ctx context.Context) {
+	retainTicks := uint64(w.cfg.Retain / (time.Second / broadside.TickRate))
+	var shards []uint32
+	for _, sh := range sectorSpecs(w.cfg.Game) {
+		shards = append(shards, sh.Shard)
+	}
+	step := w.cfg.TrimStep
+	if step == 0 {
+		step = 1024
+	}
+	every := time.NewTicker(min(max(w.cfg.Retain/10, 100*time.Millisecond), 30*time.Second))
+	defer every.Stop()
+	var trimmed uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-every.C:
+		}
+		tick := w.Tick()
+		if tick <= retainTicks {
+			continue
+		}
+		keep, ok := w.sup.Hashes(0).Get(tick - retainTicks)
+		if !ok {
+			continue
+		}
+		w.storesMu.RLock()
+		if w.snaps == nil {
+			w.storesMu.RUnlock()
+			return
+		}
+		now, err := replay.SafeTrim(ctx, w.cfg.Log, w.snaps, shards, []uint64{keep.Pos}, trimmed, step)
+		if err == nil && now > trimmed {
+			// The lineage of the ticks whose inputs were trimmed goes too:
+			// find the newest tick whose marker is at or below the trim.
+			cut := tick - retainTicks
+			for cut > 0 {
+				th, ok := w.sup.Hashes(0).Get(cut)
+				if !ok || th.Pos <= now {
+					break
+				}
+				cut--
+			}
+			err = lineage.Trim(ctx, w.linDB, lineage.Retention{BeforeTick: cut})
+			if err == nil {
+				w.cfg.Logger.Info("trimmed the log and its lineage", "up_to", now, "keeping_from_tick", tick-retainTicks)
+			}
+			trimmed = now
+		}
+		w.storesMu.RUnlock()
+		w.trimmed.Store(trimmed)
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Warn("trim", "err", err)
+		}
+	}
 }
 
 // Tick returns the newest tick every sector has stepped.

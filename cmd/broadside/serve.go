@@ -53,6 +53,7 @@ type serveOptions struct {
 	seed       uint64
 	interest   float64
 	specDelay  time.Duration
+	retain     time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -100,6 +101,7 @@ it; in production give --cert and --key.`,
 	f.Uint64Var(&o.seed, "seed", 1, "world seed (islands, spawn points, gunnery)")
 	f.Float64Var(&o.interest, "interest", 600, "players see ships and balls in the 3×3 cells of this size (metres) around their ship")
 	f.DurationVar(&o.specDelay, "spectator-delay", 2*time.Second, "how far behind the players spectators see the world")
+	f.DurationVar(&o.retain, "retain", 0, "trim the command log and the lineage to about this much play (never past what recovery needs); 0 keeps the whole match (needed to export a recording of it)")
 	o.external.registerPrefixed(f, "log-")
 	return cmd
 }
@@ -174,7 +176,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	}
 	world, err := startGameWorld(ctx, gameWorldConfig{
 		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: logc, Server: srv, Hub: hub,
-		Logger: log, Registry: reg,
+		Logger: log, Registry: reg, Retain: o.retain,
 	})
 	if err != nil {
 		return err

@@ -213,6 +213,17 @@ func TestTrim(t *testing.T) {
 	if err := Trim(ctx, s, Retention{}); err != nil || len(firstTicks(t, s)) != 1 {
 		t.Fatalf("empty retention trimmed: %v", err)
 	}
+	// Quiet ticks after the last inputs may be after the cut: a range
+	// with no inputs that follows every range with inputs is kept.
+	q := NewMemStore()
+	putTestRange(t, q, testRange(2, 0, 128, 1))
+	putTestRange(t, q, &Range{Shard: 2, FirstTick: 128, InputEnds: make([]int, 128), EventEnds: make([]int, 128)})
+	if err := Trim(ctx, q, Retention{BeforePos: 300}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := firstTicks(t, q), []uint64{2<<32 | 128}; !equalU64(got, want) {
+		t.Fatalf("trailing quiet range: %x, want %x", got, want)
+	}
 }
 
 func TestKindNamesRejectCorruption(t *testing.T) {

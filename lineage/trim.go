@@ -53,6 +53,17 @@ func Trim(ctx context.Context, s Store, ret Retention) error {
 					break
 				}
 			}
+			if byPos == len(shard) {
+				// No range has inputs at or after the cut: the ranges
+				// after the last one with inputs (quiet ticks) may be
+				// after it too; keep them.
+				for i := len(shard) - 1; i >= 0; i-- {
+					if shard[i].Inputs > 0 {
+						break
+					}
+					byPos = i
+				}
+			}
 			keep = max(keep, byPos)
 		}
 		if keep > 0 {

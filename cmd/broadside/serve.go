@@ -141,13 +141,15 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var worldRef atomic.Pointer[gameWorld]
+	lineageStore := func() (lineage.Store, func()) {
+		if w := worldRef.Load(); w != nil {
+			return w.lineageStore()
+		}
+		return nil, func() {}
+	}
 	serveAdmin(ctx, o.adminAddr, reg, log, map[string]http.Handler{
-		"/lineage": lineageHandler(func() (lineage.Store, func()) {
-			if w := worldRef.Load(); w != nil {
-				return w.lineageStore()
-			}
-			return nil, func() {}
-		}),
+		"/lineage":        lineageHandler(lineageStore),
+		"/lineage/store/": lineage.StoreHandler(lineageStore),
 	})
 
 	game := o.gameConfig()

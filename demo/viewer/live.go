@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,9 @@ type LiveOptions struct {
 	// History is the number of recent ticks kept to seek back in
 	// (default 60 seconds of ticks).
 	History int
+	// Lineage, if set, is the server's admin address (broadside serve
+	// --admin-addr): Why then asks the server's lineage store.
+	Lineage string
 }
 
 // Live follows a running server as a spectator: it receives the state of
@@ -54,6 +58,11 @@ type Live struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	lineage   *lineage.HTTPStore
+	ixMu      sync.Mutex
+	ix        *lineage.Index
+	ixFetched time.Time
 }
 
 var (
@@ -97,6 +106,9 @@ func DialLive(ctx context.Context, o LiveOptions) (*Live, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	l := &Live{client: c, world: WorldOf("live: "+o.Addr, o.Config, w), keep: o.History,
 		bases: map[uint64]*broadside.Frame{}, cancel: cancel, done: make(chan struct{})}
+	if o.Lineage != "" {
+		l.lineage = lineage.NewHTTPStore(strings.TrimSuffix(o.Lineage, "/") + "/lineage/store")
+	}
 	go l.run(runCtx)
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
@@ -232,8 +244,25 @@ func (l *Live) Step() error {
 func (l *Live) Verification() Verification { return Verification{State: VerifyNone} }
 
 // Why implements Source: live state carries no lineage.
-func (l *Live) Why(lineage.EntityID, uint64, int) (*lineage.WhyResult, error) {
-	return nil, fmt.Errorf("%w: a live spectator receives state, not lineage; record the match (.bsr) and open the recording to ask why", ErrNoLineage)
+func (l *Live) Why(e lineage.EntityID, tick uint64, depth int) (*lineage.WhyResult, error) {
+	if l.lineage == nil {
+		return nil, fmt.Errorf("%w: give the server's admin address (--admin) to ask it, or open a recording (.bsr)", ErrNoLineage)
+	}
+	l.ixMu.Lock()
+	defer l.ixMu.Unlock()
+	// The server stores lineage in ranges as the match goes: reload the
+	// index at most once a second, and whenever it does not reach tick.
+	if l.ix == nil || time.Since(l.ixFetched) > time.Second && l.ix.Stats().LastTick < tick {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ix, err := lineage.LoadIndex(ctx, l.lineage)
+		cancel()
+		l.ixFetched = time.Now()
+		if err != nil {
+			return nil, fmt.Errorf("%w: the server's lineage: %v", ErrNoLineage, err)
+		}
+		l.ix = ix
+	}
+	return l.ix.Why(lineage.AnyShard, e, min(tick, l.ix.Stats().LastTick), depth)
 }
 
 // Status implements StatusSource.

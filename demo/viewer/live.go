@@ -246,7 +246,7 @@ func (l *Live) Verification() Verification { return Verification{State: VerifyNo
 // Why implements Source: live state carries no lineage.
 func (l *Live) Why(e lineage.EntityID, tick uint64, depth int) (*lineage.WhyResult, error) {
 	if l.lineage == nil {
-		return nil, fmt.Errorf("%w: give the server's admin address (--admin) to ask it, or open a recording (.bsr)", ErrNoLineage)
+		return nil, fmt.Errorf("%w: a spectator receives state, not lineage: give the server's admin address (--admin) to ask it, or open a recording (.bsr)", ErrNoLineage)
 	}
 	l.ixMu.Lock()
 	defer l.ixMu.Unlock()

@@ -194,7 +194,7 @@ func TestLiveSpectator(t *testing.T) {
 		t.Fatalf("live Why: %v, want ErrNoLineage", err)
 	}
 	sc := m.Scene()
-	if !strings.Contains(strings.Join(sc.Texts(m.PanelRect()), " "), "not lineage") {
+	if !strings.Contains(strings.Join(sc.Texts(m.PanelRect()), " "), "admin address") {
 		t.Fatal("the panel does not say why there is no lineage")
 	}
 	if sc.Count(RoleShip) != len(m.Source().Frame().Ships) {

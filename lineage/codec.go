@@ -152,15 +152,20 @@ var ErrInvalidRange = errors.New("lineage: invalid range")
 //	input positions: first u, then delta-1 u (strictly increasing)
 //	input players u, input kinds (1 byte each)
 //	event kinds (1 byte each: 1 command, 2 derived)
-//	event entities: z delta from the previous event's entity
+//	event entity tags (1 byte each: the entity id's top byte)
+//	event entities: z delta from the previous event's entity of that tag
 //	command positions: z delta from the previous command's position
-//	derived sources: z delta from the previous derived source
+//	derived source tags (1 byte each: the source id's top byte)
+//	derived sources: z delta from the previous derived source of that tag
 //
-// Deltas start from 0. Consecutive cannonballs of a broadside, one ship's
-// repeated source, and commands in log order all encode in a byte.
+// Deltas start from 0. Games keep an entity's kind in its id's top byte
+// (a ship, a cannonball), so deltas are taken within a kind: consecutive
+// cannonballs of a broadside, one ship's repeated source, and commands in
+// log order all encode in a byte, however the kinds alternate. Version 1
+// (one delta chain for all entities) is still decoded.
 const (
 	rangeMagic   = "BSLR"
-	rangeVersion = 1
+	rangeVersion = 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -208,7 +213,7 @@ func (enc *Encoder) AppendRange(dst []byte, r *Range) ([]byte, error) {
 		return dst, fmt.Errorf("lineage: zstd: %w", err)
 	}
 	// Worst case: 10 bytes per varint.
-	bound := 2*10*len(r.EventEnds) + (10+10+1)*len(r.Inputs) + (1+10+10)*len(r.Events)
+	bound := 2*10*len(r.EventEnds) + (10+10+1)*len(r.Inputs) + (1+1+10+1+10)*len(r.Events)
 	if cap(enc.raw) < bound {
 		enc.raw = make([]byte, bound)
 	}
@@ -235,11 +240,15 @@ func (enc *Encoder) AppendRange(dst []byte, r *Range) ([]byte, error) {
 		b[n] = byte(r.Events[i].Kind)
 		n++
 	}
-	var prevEntity uint64
+	var prevOf [256]uint64 // per tag
+	for i := range r.Events {
+		b[n] = byte(uint64(r.Events[i].Entity) >> 56)
+		n++
+	}
 	for i := range r.Events {
 		e := uint64(r.Events[i].Entity)
-		n = putVarint(b, n, int64(e-prevEntity))
-		prevEntity = e
+		n = putVarint(b, n, int64(e-prevOf[e>>56]))
+		prevOf[e>>56] = e
 	}
 	var prevPos uint64
 	for i := range r.Events {
@@ -248,11 +257,17 @@ func (enc *Encoder) AppendRange(dst []byte, r *Range) ([]byte, error) {
 			prevPos = ev.Arg
 		}
 	}
-	var prevFrom uint64
 	for i := range r.Events {
 		if ev := &r.Events[i]; ev.Kind == EventDerived {
-			n = putVarint(b, n, int64(ev.Arg-prevFrom))
-			prevFrom = ev.Arg
+			b[n] = byte(ev.Arg >> 56)
+			n++
+		}
+	}
+	prevOf = [256]uint64{}
+	for i := range r.Events {
+		if ev := &r.Events[i]; ev.Kind == EventDerived {
+			n = putVarint(b, n, int64(ev.Arg-prevOf[ev.Arg>>56]))
+			prevOf[ev.Arg>>56] = ev.Arg
 		}
 	}
 	raw := b[:n]
@@ -371,6 +386,7 @@ type RangeHeader struct {
 	Inputs    int
 	Events    int
 	RawBytes  int
+	version   byte
 }
 
 // DecodeRange decodes and validates an encoded Range into r, reusing r's
@@ -409,9 +425,10 @@ func decodeHeader(b []byte) (RangeHeader, []byte, error) {
 	if len(b) < len(rangeMagic)+1+4 || string(b[:4]) != rangeMagic {
 		return h, nil, fmt.Errorf("%w: not an encoded range", ErrCorrupt)
 	}
-	if b[4] != rangeVersion {
+	if b[4] != rangeVersion && b[4] != 1 {
 		return h, nil, fmt.Errorf("%w: version %d", ErrCorrupt, b[4])
 	}
+	h.version = b[4]
 	end := len(b) - 4
 	if got, want := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:]); got != want {
 		return h, nil, fmt.Errorf("%w: checksum %#08x, want %#08x", ErrCorrupt, got, want)
@@ -489,16 +506,31 @@ func decodeBody(raw []byte, h *RangeHeader, r *Range) error {
 		return fmt.Errorf("inputs: %w", c.err)
 	}
 	r.Events = grow(r.Events, h.Events)
-	var entity uint64
+	tagged := h.version >= 2
+	var tags []byte
+	if tagged {
+		if tags = c.bytes(h.Events); c.err != nil {
+			return fmt.Errorf("entity tags: %w", c.err)
+		}
+	}
+	var prevOf [256]uint64
 	for i := range r.Events {
 		k := EventKind(evKinds[i])
 		if k != EventCommand && k != EventDerived {
 			return fmt.Errorf("event %d: kind %d", i, k)
 		}
-		entity += uint64(c.varint())
+		var tag byte
+		if tagged {
+			tag = tags[i]
+		}
+		entity := prevOf[tag] + uint64(c.varint())
 		if entity == 0 {
 			return fmt.Errorf("event %d: entity 0", i)
 		}
+		if tagged && byte(entity>>56) != tag {
+			return fmt.Errorf("event %d: entity %#x under tag %d", i, entity, tag)
+		}
+		prevOf[tag] = entity
 		r.Events[i] = Event{Entity: EntityID(entity), Kind: k}
 	}
 	var cmdPos uint64
@@ -508,13 +540,35 @@ func decodeBody(raw []byte, h *RangeHeader, r *Range) error {
 			r.Events[i].Arg = cmdPos
 		}
 	}
-	var from uint64
+	derived := 0
 	for i := range r.Events {
 		if r.Events[i].Kind == EventDerived {
-			from += uint64(c.varint())
+			derived++
+		}
+	}
+	tags = nil
+	if tagged {
+		if tags = c.bytes(derived); c.err != nil {
+			return fmt.Errorf("source tags: %w", c.err)
+		}
+	}
+	prevOf = [256]uint64{}
+	d := 0
+	for i := range r.Events {
+		if r.Events[i].Kind == EventDerived {
+			var tag byte
+			if tagged {
+				tag = tags[d]
+			}
+			d++
+			from := prevOf[tag] + uint64(c.varint())
 			if from == 0 {
 				return fmt.Errorf("event %d: derived from entity 0", i)
 			}
+			if tagged && byte(from>>56) != tag {
+				return fmt.Errorf("event %d: source %#x under tag %d", i, from, tag)
+			}
+			prevOf[tag] = from
 			r.Events[i].Arg = from
 		}
 	}

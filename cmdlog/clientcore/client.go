@@ -26,6 +26,11 @@ type Config struct {
 	RetryTicks int
 	// MaxBatch caps records per Append message.
 	MaxBatch int
+	// MaxInflightBatches caps rounds of Append messages sent and not yet
+	// complete (default 16). While the cap is reached, new appends wait
+	// and leave together in the next round: under load, fewer and larger
+	// messages instead of one round per append. Retries are not capped.
+	MaxInflightBatches int
 }
 
 // maxBatchBytes caps the record bytes of one Append message, well inside the
@@ -78,6 +83,12 @@ type pendingAppend struct {
 	sentAt   int64
 	unsent   bool
 	attempts int
+	// order is the append's rank in request order.
+	order uint64
+	// done: completed, awaiting removal from Client.appends.
+	done bool
+	// round is the flush that last sent it (0: none in this view).
+	round uint64
 }
 
 type pendingRead struct {
@@ -107,17 +118,35 @@ type Client struct {
 	viewRev uint64
 
 	nextSeq uint64
-	// appends in request order; completed ones are removed.
-	appends  []*pendingAppend
-	byID     map[uint64]*pendingAppend
-	nextReq  uint64
-	reads    map[uint64]*pendingRead
-	readIDs  []uint64
-	tails    []*pendingTail
-	trims    []*pendingTrim
-	coordReq uint64
-	coordAt  int64
-	wantView bool
+	// appends in request order. Completed ones are marked done and
+	// removed in bulk once they are half of the slice (completing an
+	// append costs O(1) amortised, not a scan of every pending one).
+	appends []*pendingAppend
+	// doneCount is the number of done entries in appends.
+	doneCount int
+	// firstUnsent: every unsent append is at an index >= firstUnsent.
+	firstUnsent int
+	// appendOrder numbers appends in request order.
+	appendOrder uint64
+	// sweepOnAck asks the next acknowledgement to look for completed
+	// appends among all pending ones (after a view update that kept the
+	// number but may have changed the members).
+	sweepOnAck bool
+	// rounds counts, per round of Append messages in flight in this
+	// view, its appends not yet complete; nextRound numbers rounds.
+	rounds    map[uint64]int
+	nextRound uint64
+	// completing is scratch space for onAck.
+	completing []*pendingAppend
+	byID       map[uint64]*pendingAppend
+	nextReq    uint64
+	reads      map[uint64]*pendingRead
+	readIDs    []uint64
+	tails      []*pendingTail
+	trims      []*pendingTrim
+	coordReq   uint64
+	coordAt    int64
+	wantView   bool
 
 	ready Ready
 }
@@ -132,9 +161,13 @@ func New(cfg Config) *Client {
 		cfg.MaxBatch = 512
 	}
 	cfg.MaxBatch = min(cfg.MaxBatch, 8192)
+	if cfg.MaxInflightBatches <= 0 {
+		cfg.MaxInflightBatches = 16
+	}
 	c := &Client{
 		cfg:      cfg,
 		byID:     make(map[uint64]*pendingAppend),
+		rounds:   make(map[uint64]int),
 		reads:    make(map[uint64]*pendingRead),
 		wantView: true,
 	}
@@ -154,7 +187,7 @@ func NewResuming(cfg Config, lastSeq uint64) *Client {
 func (c *Client) View() msg.ViewRecord { return c.view }
 
 // Pending returns the number of appends not yet complete.
-func (c *Client) Pending() int { return len(c.appends) }
+func (c *Client) Pending() int { return len(c.appends) - c.doneCount }
 
 // Ready returns the accumulated work and resets it. Unsent appends are cut
 // into batched Append messages here, so appends issued together share
@@ -190,7 +223,8 @@ func (c *Client) AppendWithID(id msg.RecordID, data []byte) msg.RecordID {
 	if _, dup := c.byID[id.Seq]; dup && id.Client == c.cfg.ClientID {
 		return id
 	}
-	p := &pendingAppend{rec: msg.Record{ID: id, Data: data}, unsent: true}
+	c.appendOrder++
+	p := &pendingAppend{rec: msg.Record{ID: id, Data: data}, unsent: true, order: c.appendOrder}
 	c.appends = append(c.appends, p)
 	if id.Client == c.cfg.ClientID {
 		c.byID[id.Seq] = p
@@ -249,16 +283,20 @@ func (c *Client) requestView() {
 }
 
 func (c *Client) flushAppends() {
-	if c.viewRev == 0 || !c.view.Active() {
+	if c.viewRev == 0 || !c.view.Active() || len(c.rounds) >= c.cfg.MaxInflightBatches {
 		return
 	}
+	c.nextRound++
+	round, n := c.nextRound, 0
 	var batch []msg.Record
 	bytes := 0
-	for _, p := range c.appends {
-		if !p.unsent {
+	for _, p := range c.appends[c.firstUnsent:] {
+		if p.done || !p.unsent {
 			continue
 		}
 		p.unsent = false
+		p.round = round
+		n++
 		p.view = c.view.Number
 		p.acks = p.acks[:0]
 		p.sentAt = c.now
@@ -277,6 +315,10 @@ func (c *Client) flushAppends() {
 	if len(batch) > 0 {
 		c.sendBatch(batch, c.view.Members)
 	}
+	if n > 0 {
+		c.rounds[round] = n
+	}
+	c.firstUnsent = len(c.appends)
 }
 
 func (c *Client) sendBatch(batch []msg.Record, to []msg.NodeID) {
@@ -297,7 +339,7 @@ func (c *Client) Tick() {
 	per := make(map[msg.NodeID][]msg.Record)
 	var order []msg.NodeID
 	for _, p := range c.appends {
-		if p.unsent || c.now-p.sentAt <= retry<<min(p.attempts-1, 4) {
+		if p.done || p.unsent || c.now-p.sentAt <= retry<<min(p.attempts-1, 4) {
 			continue // back off: replicas may just be slow, links are reliable
 		}
 		p.sentAt = c.now
@@ -372,38 +414,106 @@ func (c *Client) onAck(from msg.NodeID, m msg.AppendAck) {
 	if m.View != c.view.Number || !c.view.HasMember(from) {
 		return
 	}
-	done := false
+	if c.sweepOnAck {
+		c.sweepOnAck = false
+		c.sweepComplete()
+	}
+	// Only appends this message acknowledges can have become complete.
+	done := c.completing[:0]
 	for _, id := range m.IDs {
 		if id.Client != c.cfg.ClientID {
 			// Records appended with foreign ids are found by scan.
 			for _, p := range c.appends {
-				if p.rec.ID == id {
+				if !p.done && p.rec.ID == id {
 					c.ackOne(p, from)
-					done = true
+					if c.isComplete(p) {
+						p.done = true
+						done = append(done, p)
+					}
 				}
 			}
 			continue
 		}
-		if p := c.byID[id.Seq]; p != nil {
+		if p := c.byID[id.Seq]; p != nil && !p.done {
 			c.ackOne(p, from)
-			done = true
-		}
-	}
-	if done {
-		kept := c.appends[:0]
-		for _, p := range c.appends {
-			if p.view == c.view.Number && !p.unsent && len(p.acks) == len(c.view.Members) {
-				if p.rec.ID.Client == c.cfg.ClientID {
-					delete(c.byID, p.rec.ID.Seq)
-				}
-				c.complete(Completion{Kind: CompleteAppend, ID: p.rec.ID, View: c.view.Number})
-				continue
+			if c.isComplete(p) {
+				p.done = true
+				done = append(done, p)
 			}
-			kept = append(kept, p)
 		}
-		clear(c.appends[len(kept):])
-		c.appends = kept
 	}
+	// Complete in request order, as a scan of appends would.
+	if !slices.IsSortedFunc(done, cmpOrder) {
+		slices.SortFunc(done, cmpOrder)
+	}
+	for _, p := range done {
+		c.finish(p)
+	}
+	clear(done)
+	c.completing = done[:0]
+	c.compact()
+}
+
+func cmpOrder(a, b *pendingAppend) int {
+	switch {
+	case a.order < b.order:
+		return -1
+	case a.order > b.order:
+		return 1
+	}
+	return 0
+}
+
+func (c *Client) isComplete(p *pendingAppend) bool {
+	return p.view == c.view.Number && !p.unsent && len(p.acks) == len(c.view.Members)
+}
+
+// finish completes p (already marked done).
+func (c *Client) finish(p *pendingAppend) {
+	if p.rec.ID.Client == c.cfg.ClientID {
+		delete(c.byID, p.rec.ID.Seq)
+	}
+	c.doneCount++
+	if n, ok := c.rounds[p.round]; ok {
+		if n <= 1 {
+			delete(c.rounds, p.round)
+		} else {
+			c.rounds[p.round] = n - 1
+		}
+	}
+	c.complete(Completion{Kind: CompleteAppend, ID: p.rec.ID, View: c.view.Number})
+}
+
+// sweepComplete completes every pending append that is complete.
+func (c *Client) sweepComplete() {
+	for _, p := range c.appends {
+		if !p.done && c.isComplete(p) {
+			p.done = true
+			c.finish(p)
+		}
+	}
+}
+
+// compact drops done appends once they are at least half of the slice.
+func (c *Client) compact() {
+	if c.doneCount == 0 || c.doneCount*2 < len(c.appends) {
+		return
+	}
+	kept, firstUnsent := c.appends[:0], -1
+	for i, p := range c.appends {
+		if p.done {
+			continue
+		}
+		if firstUnsent < 0 && i >= c.firstUnsent {
+			firstUnsent = len(kept)
+		}
+		kept = append(kept, p)
+	}
+	if firstUnsent < 0 {
+		firstUnsent = len(kept)
+	}
+	clear(c.appends[len(kept):])
+	c.appends, c.firstUnsent, c.doneCount = kept, firstUnsent, 0
 }
 
 func (c *Client) ackOne(p *pendingAppend, from msg.NodeID) {
@@ -476,13 +586,22 @@ func (c *Client) onView(m msg.CoordResp) {
 		return
 	}
 	changed := m.View.Number != c.view.Number
+	if !changed && len(m.View.Members) != len(c.view.Members) {
+		c.sweepOnAck = true
+	}
 	c.view, c.viewRev = m.View.Clone(), m.Rev
 	if changed {
 		// Retry every incomplete append in the new view with the same id.
 		for _, p := range c.appends {
+			if p.done {
+				continue
+			}
 			p.unsent = true
 			p.acks = p.acks[:0]
+			p.round = 0
 		}
+		c.firstUnsent = 0
+		clear(c.rounds)
 	}
 	for _, t := range c.tails {
 		if !t.sent {

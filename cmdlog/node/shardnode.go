@@ -55,10 +55,8 @@ func RunShard(ctx context.Context, cfg ShardConfig) error {
 		case <-ticker.C:
 		}
 		rd := s.Ready()
-		for _, w := range rd.Writes {
-			if err := cfg.Storage.Apply(w); err != nil {
-				return fmt.Errorf("shard %d: apply: %w", cfg.Core.ID, err)
-			}
+		if err := applyWrites(cfg.Storage, rd.Writes); err != nil {
+			return fmt.Errorf("shard %d: apply: %w", cfg.Core.ID, err)
 		}
 		if err := s.Err(); err != nil {
 			return err
@@ -73,4 +71,24 @@ func RunShard(ctx context.Context, cfg ShardConfig) error {
 			cfg.Observe(s)
 		}
 	}
+}
+
+// applyWrites makes a round's writes durable, in order: as one batch (one
+// sync) when the storage can, else one Apply each.
+func applyWrites(st shard.Storage, ws []shard.Writes) error {
+	switch {
+	case len(ws) == 0:
+		return nil
+	case len(ws) == 1:
+		return st.Apply(ws[0])
+	}
+	if ba, ok := st.(shard.BatchApplier); ok {
+		return ba.ApplyAll(ws)
+	}
+	for _, w := range ws {
+		if err := st.Apply(w); err != nil {
+			return err
+		}
+	}
+	return nil
 }

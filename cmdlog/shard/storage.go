@@ -47,3 +47,12 @@ type Storage interface {
 	// Apply makes w durable.
 	Apply(w Writes) error
 }
+
+// BatchApplier is implemented by storages that can make several Writes
+// durable together, as one atomic batch with one sync (group commit): the
+// driver of a shard hands it everything one round of steps produced.
+// ApplyAll(ws) must leave the storage as Apply(ws[0]), ..., Apply(ws[n-1])
+// would, and make either all of it durable or none of it.
+type BatchApplier interface {
+	ApplyAll(ws []Writes) error
+}

@@ -346,6 +346,33 @@ func (p *Pebble) Apply(w shard.Writes) error {
 	return nil
 }
 
+// ApplyAll writes every Writes of ws, in order, as one Pebble batch, and
+// returns when it is as durable as Options.Durability says: one sync for
+// the lot (a shard's round of steps is group-committed). The result is what
+// applying each in turn would give; a crash keeps all of it or none.
+func (p *Pebble) ApplyAll(ws []shard.Writes) error {
+	if err := p.acquire(); err != nil {
+		return fmt.Errorf("shardstore: apply: %w", err)
+	}
+	defer p.release()
+	b := p.db.NewBatch()
+	defer b.Close()
+	for i := range ws {
+		if err := fillBatch(b, &ws[i]); err != nil {
+			return fmt.Errorf("shardstore: apply: %w", err)
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := p.db.Apply(b, p.writeOpts); err != nil {
+		return fmt.Errorf("shardstore: apply: %w", err)
+	}
+	return nil
+}
+
+var _ shard.BatchApplier = (*Pebble)(nil)
+
 func fillBatch(b *pebble.Batch, w *shard.Writes) error {
 	var val []byte
 	for _, e := range w.Puts {

@@ -89,6 +89,14 @@ func TestPebbleMatchesMemory(t *testing.T) {
 				if d := storagetest.DiffEntries(pes, mes); d != "" {
 					t.Fatalf("Scan(%d, %d) limit %d: pebble vs memory: %s", from, to, limit, d)
 				}
+			case 5: // several Writes as one batch
+				ws := rapid.SliceOfN(genWrites, 1, 5).Draw(t, "batch")
+				if err := p.ApplyAll(ws); err != nil {
+					t.Fatalf("ApplyAll: %v", err)
+				}
+				for _, w := range ws {
+					_ = model.Apply(w)
+				}
 			default:
 				w := genWrites.Draw(t, "writes")
 				if err := p.Apply(w); err != nil {

@@ -1,0 +1,121 @@
+package clientcore
+
+import (
+	"testing"
+
+	"github.com/anoptic/broadside/cmdlog/msg"
+)
+
+var testMembers = []msg.NodeID{1, 2, 3}
+
+// newTestClient returns a client that has learned an active view of
+// testMembers.
+func newTestClient(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	cfg.ID, cfg.ClientID = 100, 7
+	cfg.Layout = msg.Layout{Shards: []msg.NodeID{10, 11}, StripeUnit: 4}
+	c := New(cfg)
+	c.Ready() // asks the coordinator
+	c.Step(msg.Envelope{From: msg.Coordinator, To: 100, Msg: msg.CoordResp{ReqID: c.coordReq, OK: true, Rev: 1,
+		View: msg.ViewRecord{Number: 1, Members: testMembers, Leader: 1}}})
+	return c
+}
+
+// appendMessages returns the records per replica of rd's Append messages.
+func appendMessages(rd Ready) map[msg.NodeID][][]msg.RecordID {
+	out := map[msg.NodeID][][]msg.RecordID{}
+	for _, env := range rd.Messages {
+		if a, ok := env.Msg.(msg.Append); ok {
+			var ids []msg.RecordID
+			for _, r := range a.Records {
+				ids = append(ids, r.ID)
+			}
+			out[env.To] = append(out[env.To], ids)
+		}
+	}
+	return out
+}
+
+func ackAll(c *Client, ids ...msg.RecordID) {
+	for _, m := range testMembers {
+		c.Step(msg.Envelope{From: m, To: 100, Msg: msg.AppendAck{View: 1, IDs: ids}})
+	}
+}
+
+// TestInflightCapBatches checks that appends made while MaxInflightBatches
+// rounds are unacknowledged wait, then leave together in one message per
+// replica, and that completions come in request order.
+func TestInflightCapBatches(t *testing.T) {
+	c := newTestClient(t, Config{MaxInflightBatches: 2})
+	a := c.Append([]byte("a"))
+	if got := appendMessages(c.Ready()); len(got) != 3 || len(got[1]) != 1 || len(got[1][0]) != 1 {
+		t.Fatalf("first round: %v", got)
+	}
+	b := c.Append([]byte("b"))
+	if got := appendMessages(c.Ready()); len(got) != 3 {
+		t.Fatalf("second round: %v", got)
+	}
+	var queued []msg.RecordID
+	for range 3 {
+		queued = append(queued, c.Append([]byte("q")))
+	}
+	if got := appendMessages(c.Ready()); len(got) != 0 {
+		t.Fatalf("sent %v with 2 rounds in flight (cap 2)", got)
+	}
+	if c.Pending() != 5 {
+		t.Fatalf("Pending = %d, want 5", c.Pending())
+	}
+	// b's round completes first (acks in reverse order within a message).
+	ackAll(c, b)
+	rd := c.Ready()
+	if len(rd.Completions) != 1 || rd.Completions[0].ID != b {
+		t.Fatalf("completions %+v, want b", rd.Completions)
+	}
+	got := appendMessages(rd)
+	if len(got) != 3 {
+		t.Fatalf("after a round completed: %v", got)
+	}
+	for _, m := range testMembers {
+		if len(got[m]) != 1 || len(got[m][0]) != 3 || got[m][0][0] != queued[0] || got[m][0][2] != queued[2] {
+			t.Fatalf("replica %d got %v, want one message with %v", m, got[m], queued)
+		}
+	}
+	ackAll(c, queued[2], a, queued[0], queued[1])
+	rd = c.Ready()
+	want := []msg.RecordID{a, queued[0], queued[1], queued[2]}
+	if len(rd.Completions) != len(want) {
+		t.Fatalf("completions %+v, want %v", rd.Completions, want)
+	}
+	for i, cp := range rd.Completions {
+		if cp.Kind != CompleteAppend || cp.ID != want[i] {
+			t.Fatalf("completion %d = %+v, want %v (request order)", i, cp, want[i])
+		}
+	}
+	if c.Pending() != 0 || len(c.rounds) != 0 {
+		t.Fatalf("Pending = %d, rounds %v after all acked", c.Pending(), c.rounds)
+	}
+}
+
+// TestViewChangeResendsAll checks that a new view resends every incomplete
+// append (whatever the cap) and none that completed.
+func TestViewChangeResendsAll(t *testing.T) {
+	c := newTestClient(t, Config{MaxInflightBatches: 1})
+	a := c.Append([]byte("a"))
+	c.Ready()
+	b := c.Append([]byte("b"))
+	c.Ready() // capped: b waits
+	ackAll(c, a)
+	c.Ready() // a completes, b leaves
+	d := c.Append([]byte("d"))
+	c.Ready() // capped: d waits
+	c.wantView = true
+	c.Ready()
+	c.Step(msg.Envelope{From: msg.Coordinator, To: 100, Msg: msg.CoordResp{ReqID: c.coordReq, OK: true, Rev: 2,
+		View: msg.ViewRecord{Number: 2, Members: testMembers, Leader: 2}}})
+	got := appendMessages(c.Ready())
+	for _, m := range testMembers {
+		if len(got[m]) != 1 || len(got[m][0]) != 2 || got[m][0][0] != b || got[m][0][1] != d {
+			t.Fatalf("replica %d got %v in the new view, want [%v %v]", m, got[m], b, d)
+		}
+	}
+}

@@ -37,12 +37,22 @@ func StoreHandler(store func() (Store, func())) http.Handler {
 			return
 		}
 		s, release := store()
-		defer release()
+		released := false
+		unlock := func() {
+			if !released {
+				released = true
+				release()
+			}
+		}
+		defer unlock()
 		if s == nil {
 			http.Error(w, "no lineage store", http.StatusServiceUnavailable)
 			return
 		}
-		ctx := r.Context()
+		// Read under the store's lock, answer after releasing it: a
+		// client that does not read must not hold the store open.
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
 		fail := func(err error) {
 			code := http.StatusInternalServerError
 			if errors.Is(err, ErrNotFound) {
@@ -53,6 +63,7 @@ func StoreHandler(store func() (Store, func())) http.Handler {
 		switch path := r.URL.Path; {
 		case strings.HasSuffix(path, "/ranges"):
 			infos, err := s.Ranges(ctx)
+			unlock()
 			if err != nil {
 				fail(err)
 				return
@@ -67,6 +78,7 @@ func StoreHandler(store func() (Store, func())) http.Handler {
 				return
 			}
 			b, err := s.GetRange(ctx, ShardID(shard), first)
+			unlock()
 			if err != nil {
 				fail(err)
 				return
@@ -75,6 +87,7 @@ func StoreHandler(store func() (Store, func())) http.Handler {
 			w.Write(b)
 		case strings.HasSuffix(path, "/meta"):
 			b, err := s.GetMeta(ctx, r.URL.Query().Get("name"))
+			unlock()
 			if err != nil {
 				fail(err)
 				return

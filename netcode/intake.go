@@ -88,7 +88,7 @@ type Intake struct {
 func NewIntake(player uint32, limits IntakeLimits) *Intake {
 	limits.defaults()
 	return &Intake{player: player, limits: limits, limiter: rate.NewLimiter(limits.Rate, limits.Burst),
-		acks: rate.NewLimiter(limits.AckRate, int(limits.AckRate))}
+		acks: rate.NewLimiter(limits.AckRate, max(1, int(limits.AckRate)))}
 }
 
 // Spectate makes the intake refuse commands: a spectator only

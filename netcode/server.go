@@ -66,8 +66,11 @@ type ServerConfig struct {
 	// the world (default 0).
 	SpectatorDelay uint64
 	// MaxDeltaTicks is the oldest acknowledged tick a delta may be based
-	// on (default 60); a client further behind gets a full state.
+	// on (default 15); a client further behind gets a full state.
 	MaxDeltaTicks uint64
+	// MaxSpectators bounds spectator sessions (default 16; at most 2 per
+	// token): each gets the whole world every tick.
+	MaxSpectators int
 	// HandshakeTimeout bounds the wait for Hello (default 5s).
 	HandshakeTimeout time.Duration
 	// Now is the clock for token expiry and rate limits (default time.Now).
@@ -151,7 +154,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.MaxDeltaTicks == 0 {
-		cfg.MaxDeltaTicks = 60
+		cfg.MaxDeltaTicks = 15
+	}
+	if cfg.MaxSpectators <= 0 {
+		cfg.MaxSpectators = 16
 	}
 	if cfg.Tick == nil {
 		cfg.Tick = func() uint64 { return 0 }
@@ -274,6 +280,21 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, stateOut: make(chan []byte, 1)}
 	s.mu.Lock()
 	if sess.spectator {
+		// Spectators get the whole world, the costliest feed: bounded in
+		// total and per token.
+		mine := 0
+		for w := range s.watchers {
+			if w.claims.PlayerID == claims.PlayerID {
+				mine++
+			}
+		}
+		if len(s.watchers) >= s.cfg.MaxSpectators || mine >= 2 {
+			s.mu.Unlock()
+			reason := fmt.Sprintf("too many spectators (%d on the server, %d with this token)", len(s.watchers), mine)
+			st.WriteFrame(wire.EncodeSession(nil, wire.Goodbye{Code: uint64(transport.CodeRateLimited), Reason: reason}))
+			st.Flush()
+			return fmt.Errorf("%w: %s", ErrFlood, reason)
+		}
 		s.watchers[sess] = struct{}{}
 	} else {
 		if old := s.players[claims.PlayerID]; old != nil {
@@ -281,6 +302,8 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 			old.conn.CloseWithCode(transport.CodeNormal, "replaced by a newer connection")
 		}
 		s.players[claims.PlayerID] = sess
+		// A new session numbers its commands from 1 again.
+		delete(s.applied, claims.PlayerID)
 	}
 	s.mu.Unlock()
 	s.metrics.sessions.Inc()
@@ -337,33 +360,46 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 			continue
 		case v.Append == nil && v.Refusal == 0 && !v.Accepted:
 			continue // nothing to do (a stale state acknowledgement)
-		case s.draining.Load():
-			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: wire.AckInvalid}))
-			continue
 		case !v.Accepted:
 			s.metrics.commands.WithLabelValues("rate_limited").Inc()
 			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: v.Refusal}))
 			continue
 		}
+		// Count the command in flight before looking at draining: Drain
+		// sets draining, then waits for inflight to reach 0, so either it
+		// sees this command or this command sees draining.
+		s.inflight.Add(1)
+		if s.draining.Load() {
+			s.inflight.Add(-1)
+			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: wire.AckInvalid}))
+			continue
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-cctx.Done():
+			s.inflight.Add(-1)
 			return cctx.Err()
 		}
 		select {
 		case s.appending <- struct{}{}:
 		case <-cctx.Done():
 			<-slots
+			s.inflight.Add(-1)
 			return cctx.Err()
 		}
 		wg.Add(1)
-		s.inflight.Add(1)
 		received := time.Now()
 		go func(seq uint64, env []byte) {
 			defer wg.Done()
-			defer s.inflight.Add(-1)
-			defer func() { <-slots; <-s.appending }()
-			if err := s.cfg.Log.Append(cctx, env); err != nil {
+			err := s.cfg.Log.Append(cctx, env)
+			// Release the shared append slot and the in-flight count
+			// before writing the acknowledgement: a client that stops
+			// reading holds up only its own writes (and its own 64
+			// slots), never other players' intake.
+			<-s.appending
+			s.inflight.Add(-1)
+			defer func() { <-slots }()
+			if err != nil {
 				s.metrics.commands.WithLabelValues("failed").Inc()
 				return
 			}

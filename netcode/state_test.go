@@ -29,14 +29,21 @@ func (f *fakeState) EncodeState(dst []byte, viewer uint32, tick, base uint64) ([
 	return dst, true
 }
 
-func nextUpdate(t *testing.T, c *Client) wire.StateUpdate {
+// publishUntil publishes tick (then later ticks: a datagram may be lost on
+// loopback too) until c receives an update, and returns it.
+func publishUntil(t *testing.T, s *Server, c *Client, tick uint64) wire.StateUpdate {
 	t.Helper()
-	select {
-	case u := <-c.Updates():
-		return u
-	case <-time.After(10 * time.Second):
-		t.Fatal("no state update")
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		s.Publish(tick)
+		select {
+		case u := <-c.Updates():
+			return u
+		case <-time.After(100 * time.Millisecond):
+			tick++
+		}
 	}
+	t.Fatal("no state update")
 	panic("unreachable")
 }
 
@@ -64,36 +71,42 @@ func TestStateFanOut(t *testing.T) {
 			waitSessions(t, ts.srv, 2)
 
 			ts.srv.NoteApplied(7, 41)
-			ts.srv.Publish(10)
-			u := nextUpdate(t, c)
-			if u.Tick != 10 || u.BaseTick != 0 || u.LastAppliedSeq != 41 || !strings.HasPrefix(string(u.Payload), "7/10/0") {
+			u := publishUntil(t, ts.srv, c, 10)
+			if u.Tick < 10 || u.BaseTick != 0 || u.LastAppliedSeq != 41 || !strings.HasPrefix(string(u.Payload), fmt.Sprintf("7/%d/0", u.Tick)) {
 				t.Fatalf("first update %d/%d/%d %q", u.Tick, u.BaseTick, u.LastAppliedSeq, u.Payload[:10])
 			}
-			su := nextUpdate(t, spec)
-			if su.Tick != 5 || !strings.HasPrefix(string(su.Payload), "0/5/0") {
+			su := publishUntil(t, ts.srv, spec, u.Tick)
+			if su.Tick < 5 || !strings.HasPrefix(string(su.Payload), fmt.Sprintf("0/%d/0", su.Tick)) {
 				t.Fatalf("spectator update tick %d %q", su.Tick, su.Payload[:8])
 			}
-			if err := c.AckState(10); err != nil {
+			for len(c.Updates()) > 0 {
+				<-c.Updates() // updates of the spectator's publishes
+			}
+			ackAt := u.Tick
+			if err := c.AckState(ackAt); err != nil {
 				t.Fatal(err)
 			}
 			// The ack travels on the stream; publish until a delta shows up.
 			var got wire.StateUpdate
-			for tick := uint64(11); tick < 200; tick++ {
-				ts.srv.Publish(tick)
-				got = nextUpdate(t, c)
+			for tick := ackAt + 1; tick < ackAt+14; tick++ {
+				got = publishUntil(t, ts.srv, c, tick)
 				if got.BaseTick != 0 {
 					break
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			if got.BaseTick != 10 || !strings.HasPrefix(string(got.Payload), fmt.Sprintf("7/%d/10", got.Tick)) {
-				t.Fatalf("update after ack: tick %d base %d %q", got.Tick, got.BaseTick, got.Payload[:10])
+			if got.BaseTick != ackAt || !strings.HasPrefix(string(got.Payload), fmt.Sprintf("7/%d/%d", got.Tick, ackAt)) {
+				t.Fatalf("update after ack of %d: tick %d base %d %q", ackAt, got.Tick, got.BaseTick, got.Payload[:10])
 			}
 			// A base the source no longer holds falls back to a full state.
-			src.oldest = got.Tick + 1
-			ts.srv.Publish(got.Tick + 1)
-			if u := nextUpdate(t, c); u.BaseTick != 0 {
-				t.Fatalf("base %d no longer held, yet a delta against it", u.BaseTick)
+			next := got.Tick + 4 // past every tick published so far
+			src.oldest = next
+			u = publishUntil(t, ts.srv, c, next)
+			for u.Tick < next { // an earlier tick's update, late
+				u = publishUntil(t, ts.srv, c, next)
+			}
+			if u.BaseTick != 0 {
+				t.Fatalf("base %d no longer held, yet a delta against it (tick %d)", u.BaseTick, u.Tick)
 			}
 			if size > transport.MaxDatagramSize && c.streamUpdates.Load() == 0 {
 				t.Fatal("large updates did not come on the stream")

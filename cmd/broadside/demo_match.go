@@ -40,28 +40,31 @@ type matchOptions struct {
 
 // matchReport is the demo's summary (--json).
 type matchReport struct {
-	Players        int       `json:"players"`
-	Ticks          uint64    `json:"ticks"`
-	Sent           int64     `json:"sent"`
-	Acked          int64     `json:"acked"`
-	Applied        int64     `json:"applied"`
-	InLog          int       `json:"in_log"`
-	Lost           int       `json:"lost"`
-	Duplicated     int       `json:"duplicated"`
-	Recoveries     int       `json:"recoveries"`
-	RecoveryMs     []float64 `json:"recovery_ms"`
-	ViewChangeMs   float64   `json:"view_change_ms"`
-	DeterminismOK  bool      `json:"determinism_ok"`
-	TicksChecked   uint64    `json:"ticks_checked"`
-	FirstDiverging string    `json:"first_diverging,omitempty"`
-	Recording      string    `json:"recording"`
-	RecordingBytes int64     `json:"recording_bytes"`
-	AckP50ms       float64   `json:"ack_p50_ms"`
-	AckP99ms       float64   `json:"ack_p99_ms"`
-	AppliedP99ms   float64   `json:"applied_p99_ms"`
-	DownBytesSec   float64   `json:"down_bytes_per_sec_per_client"`
-	Sunk           uint64    `json:"ships_sunk"`
-	BallsFired     uint64    `json:"balls_fired"`
+	Players    int    `json:"players"`
+	Ticks      uint64 `json:"ticks"`
+	Sent       int64  `json:"sent"`
+	Acked      int64  `json:"acked"`
+	Applied    int64  `json:"applied"`
+	InLog      int    `json:"in_log"`
+	Lost       int    `json:"lost"`
+	Duplicated int    `json:"duplicated"`
+	Recoveries int    `json:"recoveries"`
+	// RecoveryMismatched counts replayed ticks whose hash differed from
+	// the one published before the crash.
+	RecoveryMismatched int       `json:"recovery_mismatched"`
+	RecoveryMs         []float64 `json:"recovery_ms"`
+	ViewChangeMs       float64   `json:"view_change_ms"`
+	DeterminismOK      bool      `json:"determinism_ok"`
+	TicksChecked       uint64    `json:"ticks_checked"`
+	FirstDiverging     string    `json:"first_diverging,omitempty"`
+	Recording          string    `json:"recording"`
+	RecordingBytes     int64     `json:"recording_bytes"`
+	AckP50ms           float64   `json:"ack_p50_ms"`
+	AckP99ms           float64   `json:"ack_p99_ms"`
+	AppliedP99ms       float64   `json:"applied_p99_ms"`
+	DownBytesSec       float64   `json:"down_bytes_per_sec_per_client"`
+	Sunk               uint64    `json:"ships_sunk"`
+	BallsFired         uint64    `json:"balls_fired"`
 }
 
 // runMatchDemo is 'broadside demo': an embedded command log, a game server
@@ -151,7 +154,10 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 		}
 	}()
 	rec := startLiveRecording(ctx, o.recording, game, defaultWorldID, el.client)
-	defer rec.cancel()
+	defer func() {
+		rec.cancel()
+		<-rec.done
+	}()
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(serveCtx) }()
@@ -238,6 +244,7 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 	for _, r := range world.Recoveries() {
 		rep.Recoveries++
 		rep.RecoveryMs = append(rep.RecoveryMs, float64(r.Duration.Microseconds())/1000)
+		rep.RecoveryMismatched += int(r.Mismatched)
 	}
 
 	// Read the whole log back.
@@ -329,6 +336,10 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 	switch {
 	case rep.Lost > 0:
 		return rep, fmt.Errorf("%d acknowledged commands are missing from the log", rep.Lost)
+	case rep.Duplicated > 0:
+		return rep, fmt.Errorf("%d acknowledged commands are in the log more than once", rep.Duplicated)
+	case rep.RecoveryMismatched > 0:
+		return rep, fmt.Errorf("a recovered sector replayed %d ticks to hashes other than the live run's", rep.RecoveryMismatched)
 	case !rep.DeterminismOK:
 		return rep, errors.New("the re-simulation diverged from the live run")
 	}

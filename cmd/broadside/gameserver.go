@@ -82,11 +82,11 @@ type gameWorld struct {
 
 	cancelTicker, cancelSup context.CancelFunc
 	tickerDone, supDone     chan error
-	publishDone             chan struct{}
+	publishDone, trimDone   chan struct{}
 
 	mu         sync.Mutex
 	recoveries []replay.Recovery
-	stored     map[uint32]uint64 // newest full snapshot tick stored, per shard
+	stored     map[uint32]uint64 // log position of the newest full snapshot stored, per shard
 	// lin is the lineage recorder of each shard's current runner (a new
 	// one per runner: a killed runner may leave its tick open).
 	lin map[uint32]*lineage.Log
@@ -130,6 +130,17 @@ func startGameWorld(ctx context.Context, cfg gameWorldConfig) (*gameWorld, error
 	if err := cfg.Game.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Game.Sectors() > maxHubShards {
+		return nil, fmt.Errorf("a world of %d sectors: the server runs at most %d", cfg.Game.Sectors(), maxHubShards)
+	}
+	// The supervisor's hash history must reach back past the retention
+	// (the trim finds the position of a tick there).
+	retainTicks := int(cfg.Retain / (time.Second / broadside.TickRate))
+	if cfg.HistoryTicks == 0 {
+		cfg.HistoryTicks = replay.DefaultHistoryTicks
+	}
+	cfg.HistoryTicks = max(cfg.HistoryTicks, retainTicks+60*broadside.TickRate)
+	srv := cfg.Server
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -150,6 +161,11 @@ func startGameWorld(ctx context.Context, cfg gameWorldConfig) (*gameWorld, error
 	if w.hub == nil {
 		w.hub = newFrameHub(cfg.Game.Sectors(), 0)
 	}
+	if srv != nil {
+		// Players learn which of their commands a tick applied with
+		// that tick's state: noted when the tick's frame is complete.
+		w.hub.onApplied = srv.NoteApplied
+	}
 	w.metrics = worldMetrics{
 		step: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "world", Name: "step_seconds",
 			Help: "Duration of one sector's Step.", Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14)}),
@@ -163,7 +179,6 @@ func startGameWorld(ctx context.Context, cfg gameWorldConfig) (*gameWorld, error
 	cfg.Registry.MustRegister(w.metrics.step, w.metrics.overruns, w.metrics.tick, w.metrics.recovered)
 
 	period := time.Second / broadside.TickRate
-	srv := cfg.Server
 	w.sup, err = replay.NewSupervisor(replay.SupervisorConfig{
 		World: cfg.World, Shards: sectorSpecs(cfg.Game), Appender: cfg.Log, Store: w.snaps,
 		Policy: snapshot.Policy{RecoveryTarget: cfg.RecoveryTarget, MinInterval: cfg.MinSnapshotInterval},
@@ -186,13 +201,6 @@ func startGameWorld(ctx context.Context, cfg gameWorldConfig) (*gameWorld, error
 			if info.Step > period {
 				w.metrics.overruns.Inc()
 			}
-			if info.Shard == 0 && srv != nil {
-				for i := range info.Commands {
-					if c := &info.Commands[i]; c.Player != 0 {
-						srv.NoteApplied(c.Player, c.ClientSeq)
-					}
-				}
-			}
 			w.hub.add(info)
 		},
 		OnRecovery: func(r replay.Recovery) {
@@ -207,7 +215,7 @@ func startGameWorld(ctx context.Context, cfg gameWorldConfig) (*gameWorld, error
 		OnStored: func(st snapshot.Stored) {
 			if st.Err == nil && st.Meta.Full {
 				w.mu.Lock()
-				w.stored[st.Meta.Shard] = max(w.stored[st.Meta.Shard], st.Meta.Tick)
+				w.stored[st.Meta.Shard] = max(w.stored[st.Meta.Shard], st.Meta.Pos)
 				w.mu.Unlock()
 			}
 		},
@@ -227,16 +235,23 @@ func startGameWorld(ctx context.Context, cfg gameWorldConfig) (*gameWorld, error
 	w.supDone, w.tickerDone, w.publishDone = make(chan error, 1), make(chan error, 1), make(chan struct{})
 	go func() { w.supDone <- w.sup.Run(sctx) }()
 	go func() { w.tickerDone <- w.ticker.Run(tctx) }()
-	if cfg.Retain > 0 {
-		go w.trimLoop(sctx)
-	}
+	w.trimDone = make(chan struct{})
+	go func() {
+		defer close(w.trimDone)
+		if cfg.Retain > 0 {
+			w.trimLoop(sctx)
+		}
+	}()
 	go func() {
 		defer close(w.publishDone)
 		for {
 			select {
 			case <-sctx.Done():
 				return
-			case tick := <-w.hub.ready:
+			case <-w.hub.ready:
+				// Publish the newest complete tick: a publisher that
+				// fell behind skips to the present.
+				tick := w.hub.latest()
 				w.metrics.tick.Set(float64(tick))
 				if srv != nil {
 					srv.Publish(tick)
@@ -317,30 +332,35 @@ func (w *gameWorld) Recoveries() []replay.Recovery {
 	return append([]replay.Recovery(nil), w.recoveries...)
 }
 
-// Stop stops the world gracefully: every sector takes a full snapshot
-// after its next tick (so a restart replays nothing), then the ticker and
-// the runners stop and the stores close. Call it after the server stopped
-// intake (netcode.Server.Drain), so that the snapshots cover every
-// acknowledged command.
+// Stop stops the world gracefully: every sector takes a full snapshot at
+// a tick past the log's tail as Stop found it (so a restart replays
+// nothing of what was acknowledged), then the ticker and the runners stop
+// and the stores close. Call it after the server stopped intake
+// (netcode.Server.Drain): then every acknowledged command is in the log
+// below that tail, and in the snapshots.
 func (w *gameWorld) Stop(ctx context.Context) (finalTick uint64, err error) {
 	defer w.closeStores()
-	start := w.Tick()
-	w.sup.SnapshotNext()
-	// The snapshot is taken after the next tick and stored after that
-	// tick's outputs are durable: wait for it (the ticker keeps running).
+	tail, err := w.cfg.Log.CheckTail(ctx)
+	if err != nil {
+		err = fmt.Errorf("final snapshot: the log's tail: %w", err)
+	}
+	// The ticker keeps appending markers; each shard snapshots after a
+	// tick whose marker is past tail. Ask again while waiting: a runner
+	// started by a recovery meanwhile has not seen the first request.
 	for _, sh := range sectorSpecs(w.cfg.Game) {
-		for {
+		for err == nil {
 			w.mu.Lock()
 			got := w.stored[sh.Shard]
 			w.mu.Unlock()
-			if got > start {
+			if got > tail {
 				break
 			}
 			if ctx.Err() != nil {
 				err = fmt.Errorf("final snapshot of sector %d: %w", sh.Shard, ctx.Err())
 				break
 			}
-			time.Sleep(5 * time.Millisecond)
+			w.sup.SnapshotNext()
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	w.cancelTicker()
@@ -349,6 +369,7 @@ func (w *gameWorld) Stop(ctx context.Context) (finalTick uint64, err error) {
 	w.cancelSup()
 	<-w.supDone
 	<-w.publishDone
+	<-w.trimDone
 	w.mu.Lock()
 	for shard, l := range w.lin {
 		if cerr := l.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
@@ -391,27 +412,39 @@ type frameHub struct {
 
 	mu      sync.Mutex
 	pending map[uint64]*pendingFrame
-	ring    [128]*broadside.Frame
-	last    uint64 // newest complete tick
-	ready   chan uint64
+	ring    [hubFrames]*broadside.Frame
+	last    uint64        // newest complete tick
+	ready   chan struct{} // signalled when a tick is complete
+	// onApplied, if set, is told each player command of a complete tick
+	// (its player and client sequence), in log order.
+	onApplied func(player uint32, seq uint64)
 
 	enc broadside.StateEncoder // used by EncodeState only (one goroutine)
 }
 
+// hubFrames is how many recent ticks' frames the hub keeps: the bases of
+// players' deltas (netcode.ServerConfig.MaxDeltaTicks) and the spectators'
+// delay must fall within it.
+const hubFrames = 128
+
+// maxHubShards is the most sectors the hub assembles (a bit each).
+const maxHubShards = 64
+
 type pendingFrame struct {
-	f    *broadside.Frame
-	have uint64 // bit per shard
+	f       *broadside.Frame
+	have    uint64 // bit per shard
+	applied [][2]uint64
 }
 
 func newFrameHub(shards int, radius int64) *frameHub {
-	return &frameHub{shards: shards, radius: radius, pending: map[uint64]*pendingFrame{}, ready: make(chan uint64, 256)}
+	return &frameHub{shards: shards, radius: radius, pending: map[uint64]*pendingFrame{}, ready: make(chan struct{}, 1)}
 }
 
 // add copies the sector of info (on its runner's goroutine, between two
 // Steps); the tick's frame is sealed when every sector added its part.
 func (h *frameHub) add(info replay.TickInfo) {
 	sec, ok := info.Sim.(*broadside.Sector)
-	if !ok || info.Shard >= 64 {
+	if !ok || info.Shard >= maxHubShards {
 		return
 	}
 	h.mu.Lock()
@@ -430,6 +463,13 @@ func (h *frameHub) add(info replay.TickInfo) {
 			delete(h.pending, oldest)
 		}
 		p = &pendingFrame{f: broadside.NewFrame(info.Tick)}
+		// Every sector reads the whole log: the first to finish the
+		// tick says which player commands it applied.
+		for i := range info.Commands {
+			if c := &info.Commands[i]; c.Player != 0 {
+				p.applied = append(p.applied, [2]uint64{uint64(c.Player), c.ClientSeq})
+			}
+		}
 		h.pending[info.Tick] = p
 	}
 	bit := uint64(1) << info.Shard
@@ -454,9 +494,14 @@ func (h *frameHub) add(info replay.TickInfo) {
 	p.f.Seal(prev, h.radius)
 	h.ring[info.Tick%uint64(len(h.ring))] = p.f
 	h.last = info.Tick
+	if h.onApplied != nil {
+		for _, a := range p.applied {
+			h.onApplied(uint32(a[0]), a[1])
+		}
+	}
 	select {
-	case h.ready <- info.Tick:
-	default: // the publisher is behind: it will catch up with a later tick
+	case h.ready <- struct{}{}:
+	default: // a signal is pending already
 	}
 }
 

@@ -74,7 +74,7 @@ func TestWorldTrimsAndRecovers(t *testing.T) {
 	w.sup.Kill(1)
 	select {
 	case r := <-recovered:
-		if r.Mismatched != 0 || r.From.Pos <= trimmed {
+		if r.Mismatched != 0 || r.From.Pos < trimmed {
 			t.Fatalf("recovery after a trim to %d: from %+v, %d mismatched", trimmed, r.From, r.Mismatched)
 		}
 	case <-time.After(20 * time.Second):

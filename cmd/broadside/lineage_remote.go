@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +59,7 @@ func linAskServer(cmd *cobra.Command, serverURL string) error {
 // POST a JSON array of the arguments of 'broadside lineage' (the query
 // and its flags), get what the command prints.
 func lineageHandler(store func() (lineage.Store, func())) http.Handler {
+	one := make(chan struct{}, 1) // one query at a time: each indexes the store
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST a JSON array of 'broadside lineage' arguments", http.StatusMethodNotAllowed)
@@ -72,21 +74,33 @@ func lineageHandler(store func() (lineage.Store, func())) http.Handler {
 			http.Error(w, fmt.Sprintf("unknown query %q (why, affected, frame, info)", args[0]), http.StatusBadRequest)
 			return
 		}
+		select {
+		case one <- struct{}{}:
+			defer func() { <-one }()
+		case <-r.Context().Done():
+			return
+		}
 		s, release := store()
-		defer release()
 		if s == nil {
+			release()
 			http.Error(w, "no lineage store: the world is not running", http.StatusServiceUnavailable)
 			return
 		}
+		// The query runs under the store's lock, with a deadline (a
+		// stopping server waits for it); the answer is written after.
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 		var out bytes.Buffer
 		cmd := newLineageCmdWith(s)
 		cmd.SetArgs(args)
 		cmd.SetOut(&out)
 		cmd.SetErr(io.Discard)
 		cmd.SilenceUsage, cmd.SilenceErrors = true, true
-		if err := cmd.ExecuteContext(r.Context()); err != nil {
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		release()
+		if err != nil {
 			code := http.StatusBadRequest
-			if errors.Is(err, r.Context().Err()) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				code = http.StatusServiceUnavailable
 			}
 			http.Error(w, err.Error(), code)

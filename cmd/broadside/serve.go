@@ -156,6 +156,11 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err := game.Validate(); err != nil {
 		return err
 	}
+	specDelay := uint64(o.specDelay / (time.Second / broadside.TickRate))
+	if specDelay+16 > hubFrames {
+		return fmt.Errorf("--spectator-delay %v: at most %v (the server keeps %d ticks of state)", o.specDelay,
+			time.Duration(hubFrames-16)*time.Second/broadside.TickRate, hubFrames)
+	}
 	logc, _, closeLog, err := openServerLog(ctx, o, log, reg)
 	if err != nil {
 		return err
@@ -170,7 +175,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	srv, err := netcode.NewServer(netcode.ServerConfig{
 		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc,
 		Limits: netcode.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
-		State: hub, SpectatorDelay: uint64(o.specDelay / (time.Second / broadside.TickRate)),
+		State: hub, SpectatorDelay: specDelay,
 		TickRate: broadside.TickRate, Tick: hub.latest, World: worldInfo,
 	})
 	if err != nil {
@@ -349,7 +354,7 @@ func serveAdmin(ctx context.Context, addr string, reg *prometheus.Registry, log 
 	for path, h := range extra {
 		mux.Handle(path, h)
 	}
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 2 * time.Minute}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)

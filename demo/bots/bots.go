@@ -243,8 +243,19 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}()
 	elapsed := time.Since(start)
-	// Let acknowledgements in flight arrive, then close.
-	time.Sleep(300 * time.Millisecond)
+	// Let acknowledgements in flight arrive (up to 5 s), then close.
+	for wait := time.Now().Add(5 * time.Second); time.Now().Before(wait); time.Sleep(20 * time.Millisecond) {
+		outstanding := 0
+		for _, b := range bots {
+			b.mu.Lock()
+			outstanding += len(b.acks)
+			b.mu.Unlock()
+		}
+		if outstanding == 0 || ctx.Err() != nil {
+			break
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the last state updates
 	var up, down uint64
 	for _, b := range bots {
 		s, r := b.c.Stats()

@@ -37,10 +37,11 @@ const stateFormat = 1
 // the 3 × 3 cells of this size around its ship (balls carry about 300 m).
 const DefaultInterestRadius = 600_000
 
-// Limits on what ApplyDelta accepts.
+// Limits on what ApplyDelta accepts (a hostile server must not make a
+// client hold more than StateTracker's frames of this size).
 const (
-	maxStateShips = 1 << 16
-	maxStateBalls = 1 << 18
+	maxStateShips = 1 << 13
+	maxStateBalls = 1 << 16
 )
 
 // ErrBadState is wrapped by every error of ApplyDelta.
@@ -71,8 +72,18 @@ type Frame struct {
 	cell    int64
 	shipsIn map[[2]int64][]int32
 	ballsIn map[[2]int64][]int32
-	anchors map[uint32][2]int64
+	anchors map[uint32]anchor
 }
+
+// anchor is where a player's ship was last seen, and when.
+type anchor struct {
+	cell [2]int64
+	tick uint64
+}
+
+// anchorTicks is how long a player whose ship is in no sector (sailing
+// between two) keeps the interest of where it was last seen.
+const anchorTicks = 10 * TickRate
 
 // NewFrame returns an empty frame of tick for the server side: add the
 // sectors, then Seal.
@@ -96,20 +107,20 @@ func (f *Frame) Seal(prev *Frame, radius int64) {
 	f.cell = radius
 	f.shipsIn = map[[2]int64][]int32{}
 	f.ballsIn = map[[2]int64][]int32{}
-	f.anchors = make(map[uint32][2]int64, len(f.Ships))
+	f.anchors = make(map[uint32]anchor, len(f.Ships))
 	for i, v := range f.Ships {
 		c := f.cellOf(v.X, v.Y)
 		f.shipsIn[c] = append(f.shipsIn[c], int32(i))
-		f.anchors[v.Player] = c
+		f.anchors[v.Player] = anchor{c, f.Tick}
 	}
 	for i, v := range f.Balls {
 		c := f.cellOf(v.X, v.Y)
 		f.ballsIn[c] = append(f.ballsIn[c], int32(i))
 	}
 	if prev != nil {
-		for p, c := range prev.anchors {
-			if _, ok := f.anchors[p]; !ok {
-				f.anchors[p] = c
+		for p, a := range prev.anchors {
+			if _, ok := f.anchors[p]; !ok && a.tick+anchorTicks >= f.Tick {
+				f.anchors[p] = a
 			}
 		}
 	}
@@ -150,10 +161,11 @@ func (f *Frame) interest(viewer uint32, ships, balls []int32) ([]int32, []int32)
 		}
 		return ships, balls
 	}
-	c, ok := f.anchors[viewer]
+	a, ok := f.anchors[viewer]
 	if !ok {
 		return ships, balls
 	}
+	c := a.cell
 	s0, b0 := len(ships), len(balls)
 	for dx := int64(-1); dx <= 1; dx++ {
 		for dy := int64(-1); dy <= 1; dy++ {
@@ -656,7 +668,7 @@ func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
 // the frames of the last ticks so that an update against any tick the
 // client acknowledged can be applied. Not safe for concurrent use.
 type StateTracker struct {
-	frames [64]*Frame
+	frames [16]*Frame // a server bases deltas on ticks at most 15 back
 	latest *Frame
 }
 

@@ -131,7 +131,7 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 	}
 	recovered := make(chan replay.Recovery, 16)
 	world, err := startGameWorld(ctx, gameWorldConfig{
-		Game: game, Dir: filepath.Join(dir, "data", "world"), Log: el.client, Server: srv, Hub: hub,
+		Game: game, Dir: filepath.Join(dir, "data", "world"), Log: el.world, Server: srv, Hub: hub,
 		HistoryTicks: int(o.duration.Seconds()+60) * broadside.TickRate, Logger: errLog, Registry: reg,
 		// At most one capture a second, so that a recovery has log to
 		// replay (the default policy, tuned for a 200 ms recovery target,
@@ -153,7 +153,7 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 			world.Stop(context.Background())
 		}
 	}()
-	rec := startLiveRecording(ctx, o.recording, game, defaultWorldID, el.client)
+	rec := startLiveRecording(ctx, o.recording, game, defaultWorldID, el.world)
 	defer func() {
 		rec.cancel()
 		<-rec.done

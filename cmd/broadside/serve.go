@@ -161,7 +161,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return fmt.Errorf("--spectator-delay %v: at most %v (the server keeps %d ticks of state)", o.specDelay,
 			time.Duration(hubFrames-16)*time.Second/broadside.TickRate, hubFrames)
 	}
-	logc, _, closeLog, err := openServerLog(ctx, o, log, reg)
+	logc, worldc, closeLog, err := openServerLog(ctx, o, log, reg)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return err
 	}
 	world, err := startGameWorld(ctx, gameWorldConfig{
-		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: logc, Server: srv, Hub: hub,
+		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: worldc, Server: srv, Hub: hub,
 		Logger: log, Registry: reg, Retain: o.retain,
 	})
 	if err != nil {
@@ -222,16 +222,24 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	return err
 }
 
-// openServerLog returns the command log the server appends to: an embedded
-// cluster, or a client of an external one.
-func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *prometheus.Registry) (worldLog, *embeddedLog, func(), error) {
+// openServerLog returns the command log: an embedded cluster, or clients
+// of an external one. Players' commands and the world (tick markers,
+// migrations, the runners' reads) use two clients: a client keeps a bounded
+// number of append rounds in flight, and under a flood of commands the
+// world's tick markers must not wait behind them.
+func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *prometheus.Registry) (intake, world worldLog, closeAll func(), err error) {
 	latency := node.AppendLatency(reg)
 	if o.useLog {
-		c, closeAll, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{OnAppendLatency: latency})
+		c, closeC, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{OnAppendLatency: latency})
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return c, nil, closeAll, nil
+		w, closeW, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{})
+		if err != nil {
+			closeC()
+			return nil, nil, nil, err
+		}
+		return c, w, func() { closeW(); closeC() }, nil
 	}
 	if err := checkRestartable(o.dataDir, o.fsync); err != nil {
 		return nil, nil, nil, err
@@ -241,7 +249,7 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 		return nil, nil, nil, err
 	}
 	log.Info("embedded command log", "replicas", el.lc.Replicas(), "shards", el.lc.Layout().Shards, "data", o.dataDir)
-	return el.client, el, el.Close, nil
+	return el.client, el.world, el.Close, nil
 }
 
 // checkRestartable refuses to restart an embedded log that ran in memory
@@ -284,7 +292,8 @@ type embeddedLog struct {
 	coord  coord.Coordinator
 	nats   *coord.EmbeddedNATS
 	closeC func()
-	client *cmdlog.Client
+	client *cmdlog.Client // players' commands
+	world  *cmdlog.Client // the world: tick markers, migrations, reads
 	group  *mesh.Group
 	disk   *cmdlog.DiskStorage
 }
@@ -326,12 +335,14 @@ func startEmbeddedLog(ctx context.Context, dir string, fsync bool, latency func(
 		return nil, err
 	}
 	el.client = el.lc.NewClient(cmdlog.ClientConfig{OnAppendLatency: latency})
+	el.world = el.lc.NewClient(cmdlog.ClientConfig{})
 	return el, nil
 }
 
 // Close stops the cluster.
 func (el *embeddedLog) Close() {
 	el.client.Close()
+	el.world.Close()
 	el.lc.Close()
 	el.group.Close()
 	el.disk.Close()

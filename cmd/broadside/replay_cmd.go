@@ -155,6 +155,7 @@ seek index at the end. 'serve' and 'demo' write one while a match runs.
 
 type exportOptions struct {
 	out                string
+	server             string
 	logDir             string
 	useLog             bool
 	external           clusterFlags
@@ -180,6 +181,8 @@ func newReplayExportCmd() *cobra.Command {
 		Short: "Record a match to a .bsr file",
 		Long: `Record a match to a .bsr file, from one of:
 
+  --server ADDR    a running 'serve', through its admin address (--admin-addr):
+                   the match up to now, with the server's world
   --log-dir DIR    a stored command log: the data directory of a stopped 'serve'
                    (its log/ holds the Pebble shard stores)
   --log            a running server's command log cluster (give its --log-peers,
@@ -206,6 +209,7 @@ holds every tick up to where it stopped.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.out, "out", "o", "", "the recording to write (.bsr)")
+	f.StringVar(&o.server, "server", "", "record a running server's match up to now, through its admin address (serve --admin-addr)")
 	f.StringVar(&o.logDir, "log-dir", "", "record a stored command log: DIR or DIR/log holds its shard-* stores (the server must be stopped)")
 	f.BoolVar(&o.useLog, "log", false, "record from a running command log cluster (--log-peers, --log-coord, TLS flags)")
 	o.external.registerPrefixed(f, "log-")
@@ -236,13 +240,13 @@ func (o exportOptions) gameConfig() broadside.Config {
 
 func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions) error {
 	sources := 0
-	for _, set := range []bool{o.logDir != "", o.useLog, o.fromFile != "", o.bots > 0} {
+	for _, set := range []bool{o.logDir != "", o.useLog, o.fromFile != "", o.bots > 0, o.server != ""} {
 		if set {
 			sources++
 		}
 	}
 	if sources != 1 {
-		return errors.New("give exactly one of --log-dir, --log, --from and --bots")
+		return errors.New("give exactly one of --server, --log-dir, --log, --from and --bots")
 	}
 	if o.follow && !o.useLog {
 		return errors.New("--follow goes with --log")
@@ -279,6 +283,14 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 			o.world = r.Header().World
 		}
 		what = fmt.Sprintf("recording %s (ticks %d..%d)", o.fromFile, r.FirstTick(), r.LastTick())
+	case o.server != "":
+		hs, g, err := openServerLogStream(ctx, o.server)
+		if err != nil {
+			return err
+		}
+		closeSrc = func() { hs.Close() }
+		game, src, total, inPos = g, hs, hs.to, true
+		what = fmt.Sprintf("the running server at %s (positions 1..%d)", o.server, hs.to)
 	case o.logDir != "":
 		sl, err := openStoredLog(o.logDir)
 		if err != nil {

@@ -147,12 +147,18 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		}
 		return nil, func() {}
 	}
+	game := o.gameConfig()
 	serveAdmin(ctx, o.adminAddr, reg, log, map[string]http.Handler{
 		"/lineage":        lineageHandler(lineageStore),
 		"/lineage/store/": lineage.StoreHandler(lineageStore),
+		"/replay/": logStreamHandler(game, func() worldLog {
+			if w := worldRef.Load(); w != nil {
+				return w.cfg.Log
+			}
+			return nil
+		}),
 	})
 
-	game := o.gameConfig()
 	if err := game.Validate(); err != nil {
 		return err
 	}

@@ -124,6 +124,19 @@ func TestServeAndBotsProcesses(t *testing.T) {
 		t.Fatalf("lineage info --server: %v\n%s", err, b)
 	}
 	t.Logf("lineage info --server: %s", b)
+	// A recording of the running match, exported through the admin
+	// address, verifies.
+	rec := filepath.Join(dir, "live.bsr")
+	for _, args := range [][]string{
+		{"replay", "export", "--server", admin, "-o", rec, "--no-progress"},
+		{"replay", "verify", rec, "--no-progress"},
+	} {
+		cmd = exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "BROADSIDE_TEST_MAIN=1")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, b)
+		}
+	}
 	first := stop(srv, out)
 
 	// A restarted server continues the same world where it stopped.

@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Command broadside-viewer replays Broadside matches in a window: a .bsr
 // recording, a live server followed as a spectator, or a bot match played
 // in memory. Click a ship to see why it is as it is (its lineage); press H

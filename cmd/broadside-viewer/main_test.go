@@ -1,4 +1,4 @@
-//go:build window
+//go:build window && cgo
 
 package main
 

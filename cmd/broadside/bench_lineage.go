@@ -288,12 +288,12 @@ func runLineageBench(ctx context.Context, o linBenchOptions) (*linBenchReport, e
 	if meas.logs[linRoleBackground], err = newLog(true); err != nil {
 		return nil, err
 	}
-	fleet := newLinFleet(uint32(o.ships), o.seed, true)
+	fleet := broadside.NewFleet(o.seed, true)
 	var views []broadside.ShipView
 	think := func(w *broadside.World, into []linOrder) []linOrder {
 		views = views[:0]
 		w.Ships(func(v broadside.ShipView) { views = append(views, v) })
-		fleet.act(w.Tick(), views, func(p uint32, c broadside.PlayerCommand) { into = append(into, linOrder{p, c}) })
+		fleet.Act(w.Tick(), views, func(p uint32, c broadside.PlayerCommand) { into = append(into, linOrder{p, c}) })
 		return into
 	}
 	submit := func(b *linBenchWorld, orders []linOrder) {

@@ -754,15 +754,14 @@ func (w *sbWorldRun) live(ctx context.Context, res *sbResults) error {
 // nearest enemy with broadside.BotCommand and fire on a schedule, enough to
 // keep about 10,000 cannonballs in the air with 1,000 ships.
 type sbFleet struct {
-	rng     *rand.Rand
+	fleet   *broadside.Fleet
 	players uint32
 	seq     uint64
 	views   []broadside.ShipView
-	nearby  []broadside.ShipView
 }
 
 func newSBFleet(players uint32, seed uint64) *sbFleet {
-	return &sbFleet{rng: rand.New(rand.NewPCG(seed, 7)), players: players}
+	return &sbFleet{fleet: broadside.NewFleet(seed, true), players: players}
 }
 
 func sbCommand(player uint32, seq uint64, c broadside.PlayerCommand) []byte {
@@ -792,31 +791,7 @@ func (f *sbFleet) records(tick uint64, sectors []*broadside.Sector) [][]byte {
 			s.Ships(func(v broadside.ShipView) { f.views = append(f.views, v) })
 		}
 	}
-	for k := range f.views {
-		v := &f.views[k]
-		phase := (tick + uint64(v.Player)) % 80
-		if !v.Sunk && (phase == 0 || phase == 40) {
-			side := broadside.Port
-			if phase == 40 {
-				side = broadside.Starboard
-			}
-			emit(v.Player, broadside.Fire(side))
-			continue
-		}
-		if (tick+uint64(v.Player))%10 != 0 {
-			continue
-		}
-		f.nearby = f.nearby[:0]
-		for j := range f.views {
-			o := &f.views[j]
-			if dx, dy := int64(o.X-v.X), int64(o.Y-v.Y); dx*dx+dy*dy < 1_500_000*1_500_000 {
-				f.nearby = append(f.nearby, *o)
-			}
-		}
-		if c, ok := broadside.BotCommand(f.nearby, *v, f.rng); ok {
-			emit(v.Player, c)
-		}
-	}
+	f.fleet.Act(tick, f.views, emit)
 	return out
 }
 

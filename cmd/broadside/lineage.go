@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -692,50 +691,6 @@ func (w *linWorld) ships(fn func(broadside.ShipView)) {
 	}
 }
 
-// linFleet plays every ship with broadside.BotCommand: each bot thinks
-// every 10 ticks (staggered by player) looking at ships within 1.5 km, and
-// an aggressive fleet also fires a broadside every 40 ticks regardless, as
-// the world's benchmarks do (about 10 balls per ship in the air).
-type linFleet struct {
-	rng        *rand.Rand
-	ships      uint32
-	aggressive bool
-	nearby     []broadside.ShipView
-}
-
-func newLinFleet(ships uint32, seed uint64, aggressive bool) *linFleet {
-	return &linFleet{rng: rand.New(rand.NewPCG(seed, 7)), ships: ships, aggressive: aggressive}
-}
-
-// act computes this tick's commands from the ships' views and submits them.
-func (f *linFleet) act(tick uint64, views []broadside.ShipView, submit func(uint32, broadside.PlayerCommand)) {
-	for k := range views {
-		v := &views[k]
-		phase := (int(tick) + int(v.Player)) % 80
-		if f.aggressive && !v.Sunk && (phase == 0 || phase == 40) {
-			side := broadside.Port
-			if phase == 40 {
-				side = broadside.Starboard
-			}
-			submit(v.Player, broadside.Fire(side))
-			continue
-		}
-		if (int(tick)+int(v.Player))%10 != 0 {
-			continue
-		}
-		f.nearby = f.nearby[:0]
-		for j := range views {
-			o := &views[j]
-			if dx, dy := int64(o.X-v.X), int64(o.Y-v.Y); dx*dx+dy*dy < 1_500_000*1_500_000 {
-				f.nearby = append(f.nearby, *o)
-			}
-		}
-		if c, ok := broadside.BotCommand(f.nearby, *v, f.rng); ok {
-			submit(v.Player, c)
-		}
-	}
-}
-
 type linDemoOptions struct {
 	store string
 	json  bool
@@ -815,7 +770,7 @@ func runLineageDemo(ctx context.Context, w io.Writer, o linDemoOptions) error {
 		return err
 	}
 	lg := lineage.NewLog(lineage.LogOptions{Store: store})
-	fleet := newLinFleet(uint32(o.ships), o.seed, true)
+	fleet := broadside.NewFleet(o.seed, true)
 	for p := uint32(1); p <= uint32(o.ships); p++ {
 		if err := world.submit(p, broadside.Join()); err != nil {
 			return err
@@ -845,7 +800,7 @@ func runLineageDemo(ctx context.Context, w io.Writer, o linDemoOptions) error {
 			}
 			sunk[v.Player] = v.Sunk
 		}
-		fleet.act(world.tick, views, func(p uint32, c broadside.PlayerCommand) { _ = world.submit(p, c) })
+		fleet.Act(world.tick, views, func(p uint32, c broadside.PlayerCommand) { _ = world.submit(p, c) })
 	}
 	if err := lg.Flush(ctx); err != nil {
 		return err

@@ -82,3 +82,49 @@ func abs(v int32) int32 {
 	}
 	return v
 }
+
+// Fleet plays every ship of a world with BotCommand, the way the
+// benchmarks, the demos and the viewer's generated matches do: each bot
+// thinks every 10 ticks (staggered by player) about the ships within
+// 1.5 km, and an aggressive fleet also fires a broadside every 40 ticks
+// regardless, so that ships sink. Fleets seeded alike play alike.
+type Fleet struct {
+	Aggressive bool
+	rng        *rand.Rand
+	nearby     []ShipView
+}
+
+// NewFleet returns a fleet whose captains draw their variety from seed.
+func NewFleet(seed uint64, aggressive bool) *Fleet {
+	return &Fleet{Aggressive: aggressive, rng: rand.New(rand.NewPCG(seed, 7))}
+}
+
+// Act decides this tick's orders from the ships' views and gives each to
+// submit.
+func (f *Fleet) Act(tick uint64, views []ShipView, submit func(player uint32, c PlayerCommand)) {
+	for k := range views {
+		v := &views[k]
+		phase := (tick + uint64(v.Player)) % 80
+		if f.Aggressive && !v.Sunk && (phase == 0 || phase == 40) {
+			side := Port
+			if phase == 40 {
+				side = Starboard
+			}
+			submit(v.Player, Fire(side))
+			continue
+		}
+		if (tick+uint64(v.Player))%10 != 0 {
+			continue
+		}
+		f.nearby = f.nearby[:0]
+		for j := range views {
+			o := &views[j]
+			if dx, dy := int64(o.X-v.X), int64(o.Y-v.Y); dx*dx+dy*dy < 1_500_000*1_500_000 {
+				f.nearby = append(f.nearby, *o)
+			}
+		}
+		if c, ok := BotCommand(f.nearby, *v, f.rng); ok {
+			submit(v.Player, c)
+		}
+	}
+}

@@ -85,7 +85,7 @@ func TestLiveSpectator(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bots := newFleet(5)
+	bots := broadside.NewFleet(5, true)
 	var prev *broadside.Frame
 	step := func() uint64 {
 		world.Step(lineage.Nop)
@@ -98,7 +98,7 @@ func TestLiveSpectator(t *testing.T) {
 		store.mu.Lock()
 		store.frames[f.Tick] = f
 		store.mu.Unlock()
-		bots.act(f.Tick, f.Ships, func(p uint32, c broadside.PlayerCommand) { _ = world.SubmitCommand(p, c) })
+		bots.Act(f.Tick, f.Ships, func(p uint32, c broadside.PlayerCommand) { _ = world.SubmitCommand(p, c) })
 		srv.Publish(f.Tick)
 		return f.Tick
 	}

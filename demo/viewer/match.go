@@ -3,7 +3,6 @@ package viewer
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 
 	"github.com/anoptic/broadside/demo/broadside"
@@ -76,7 +75,7 @@ func PlayMatch(ctx context.Context, o MatchOptions) (*MatchSource, error) {
 		return nil, err
 	}
 	lg := lineage.NewLog(lineage.LogOptions{Store: store})
-	bots := newFleet(o.Seed)
+	bots := broadside.NewFleet(o.Seed, true)
 	for p := uint32(1); p <= uint32(o.Ships); p++ {
 		if err := sim.submit(p, broadside.Join()); err != nil {
 			return nil, err
@@ -100,7 +99,7 @@ func PlayMatch(ctx context.Context, o MatchOptions) (*MatchSource, error) {
 		}
 		src.frames = append(src.frames, f)
 		views = append(views[:0], f.Ships...)
-		bots.act(sim.tick, views, func(p uint32, c broadside.PlayerCommand) { _ = sim.submit(p, c) })
+		bots.Act(sim.tick, views, func(p uint32, c broadside.PlayerCommand) { _ = sim.submit(p, c) })
 	}
 	if err := lg.Flush(ctx); err != nil {
 		return nil, err
@@ -322,42 +321,4 @@ func KindOf(c *replay.Command) uint8 {
 		return 255
 	}
 	return uint8(pc.Kind)
-}
-
-// fleet plays every ship with broadside.BotCommand: each bot thinks every
-// 10 ticks (staggered by player) about the ships within 1.5 km, and also
-// fires a broadside every 40 ticks regardless, so that ships sink.
-type fleet struct {
-	rng    *rand.Rand
-	nearby []broadside.ShipView
-}
-
-func newFleet(seed uint64) *fleet { return &fleet{rng: rand.New(rand.NewPCG(seed, 7))} }
-
-func (f *fleet) act(tick uint64, views []broadside.ShipView, submit func(uint32, broadside.PlayerCommand)) {
-	for k := range views {
-		v := &views[k]
-		phase := (int(tick) + int(v.Player)) % 80
-		if !v.Sunk && (phase == 0 || phase == 40) {
-			side := broadside.Port
-			if phase == 40 {
-				side = broadside.Starboard
-			}
-			submit(v.Player, broadside.Fire(side))
-			continue
-		}
-		if (int(tick)+int(v.Player))%10 != 0 {
-			continue
-		}
-		f.nearby = f.nearby[:0]
-		for j := range views {
-			o := &views[j]
-			if dx, dy := int64(o.X-v.X), int64(o.Y-v.Y); dx*dx+dy*dy < 1_500_000*1_500_000 {
-				f.nearby = append(f.nearby, *o)
-			}
-		}
-		if c, ok := broadside.BotCommand(f.nearby, *v, f.rng); ok {
-			submit(v.Player, c)
-		}
-	}
 }

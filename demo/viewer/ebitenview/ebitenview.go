@@ -1,3 +1,5 @@
+//go:build cgo
+
 // Package ebitenview shows a viewer.Model in an Ebitengine window: it draws
 // the model's Scenes and feeds keyboard and mouse input back to it. It is
 // the only part of the viewer that needs cgo and a display.

@@ -20,6 +20,7 @@ import (
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/bsr"
+	"github.com/anoptic/broadside/replay/world"
 	"github.com/spf13/cobra"
 )
 
@@ -53,7 +54,7 @@ type botMatch struct {
 }
 
 func newBotMatch(game broadside.Config, ships int, ticks, seed uint64) (*botMatch, error) {
-	m := &botMatch{world: defaultWorldID, fleet: newSBFleet(uint32(ships), seed), ticks: ticks}
+	m := &botMatch{world: world.DefaultID, fleet: newSBFleet(uint32(ships), seed), ticks: ticks}
 	for i := range game.Sectors() {
 		s, err := broadside.NewSector(game, i)
 		if err != nil {
@@ -259,7 +260,11 @@ func runSeekBench(ctx context.Context, o seekBenchOptions) (*seekBenchResult, er
 			o.minutes, ticks, o.ships, res.game.Width, res.game.Height, res.game.Sectors(), ours.path)
 		start := time.Now()
 		last := start
-		st, _, err := recordBroadside(ctx, ours.path, res.game, defaultWorldID, m, bsr.RecordConfig{Progress: func(t uint64) {
+		g, err := broadside.NewGame(res.game, 0)
+		if err != nil {
+			return nil, err
+		}
+		st, _, err := recordMatch(ctx, ours.path, g, world.DefaultID, m, bsr.RecordConfig{Progress: func(t uint64) {
 			if time.Since(last) > 10*time.Second {
 				last = time.Now()
 				say("tick %d/%d (%.0f%%), %.0f ticks/s", t, ticks, 100*float64(t)/float64(ticks), float64(t)/time.Since(start).Seconds())
@@ -294,7 +299,7 @@ func runSeekBench(ctx context.Context, o seekBenchOptions) (*seekBenchResult, er
 		} {
 			c := &seekContender{name: a.name, model: a.model, path: filepath.Join(dir, a.name+".bsr"), noIndex: a.noIndex}
 			say("re-recording the match as %s (%s)", a.name, a.model)
-			r, game, err := openRecording(ours.path)
+			r, game, _, err := openRecording(ours.path)
 			if err != nil {
 				return nil, err
 			}
@@ -304,7 +309,7 @@ func runSeekBench(ctx context.Context, o seekBenchOptions) (*seekBenchResult, er
 				return nil, err
 			}
 			start := time.Now()
-			_, _, err = recordBroadside(ctx, c.path, game, r.Header().World, src, bsr.RecordConfig{Snapshots: bsr.SnapshotPolicy{FullEvery: a.every}})
+			_, _, err = recordMatch(ctx, c.path, game, r.Header().World, src, bsr.RecordConfig{Snapshots: bsr.SnapshotPolicy{FullEvery: a.every}})
 			r.Close()
 			if err != nil {
 				return nil, err
@@ -323,7 +328,7 @@ func runSeekBench(ctx context.Context, o seekBenchOptions) (*seekBenchResult, er
 			return nil, err
 		}
 		if res.game.Sectors() == 0 {
-			if r, game, err := openRecording(c.path); err == nil {
+			if r, _, game, err := openRecording(c.path); err == nil {
 				res.game = game
 				r.Close()
 			}
@@ -334,7 +339,7 @@ func runSeekBench(ctx context.Context, o seekBenchOptions) (*seekBenchResult, er
 
 // measureSeeks seeks to n random ticks of c's recording, each cold.
 func measureSeeks(ctx context.Context, c *seekContender, n int, seed uint64, say func(string, ...any)) error {
-	r, game, err := openRecording(c.path)
+	r, game, _, err := openRecording(c.path)
 	if err != nil {
 		return err
 	}
@@ -344,7 +349,7 @@ func measureSeeks(ctx context.Context, c *seekContender, n int, seed uint64, say
 	if c.ticks == 0 {
 		return fmt.Errorf("%s holds no tick", c.path)
 	}
-	sk, err := bsr.NewSeeker(r, sectorSims(game))
+	sk, err := bsr.NewSeeker(r, game.NewSim)
 	if err != nil {
 		return err
 	}

@@ -2,19 +2,23 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/seq"
+	"github.com/anoptic/broadside/demo/match"
 	"github.com/anoptic/broadside/internal/dst"
 	"github.com/spf13/cobra"
 )
 
 func newDemoCmd() *cobra.Command {
-	var o matchOptions
+	var o match.Options
+	var jsonFile string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a whole Broadside match in one process: log cluster, game server, bots, faults, checks",
@@ -38,23 +42,29 @@ alone (real cluster, and the deterministic simulator).`,
 		Example: `  broadside demo
   broadside demo --duration 30s --bots 50 --json /tmp/d.json`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.bots <= 0 || o.duration < 3*time.Second || o.rate <= 0 {
+			if o.Bots <= 0 || o.Duration < 3*time.Second || o.Rate <= 0 {
 				return fmt.Errorf("need --bots > 0, --rate > 0 and --duration of at least 3s")
 			}
-			_, err := runMatchDemo(cmd.Context(), cmd.OutOrStdout(), o)
+			o.Out = cmd.OutOrStdout()
+			rep, err := match.Run(cmd.Context(), o)
+			if jsonFile != "" && rep.Ticks > 0 {
+				if jerr := writeJSONFile(jsonFile, rep); jerr != nil && err == nil {
+					err = jerr
+				}
+			}
 			return err
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&o.duration, "duration", 30*time.Second, "length of the match")
-	f.IntVar(&o.bots, "bots", 50, "number of bots (players)")
-	f.Float64Var(&o.rate, "rate", 10, "commands per second per bot")
-	f.Uint64Var(&o.seed, "seed", 1, "world and bot seed")
-	f.StringVar(&o.jsonFile, "json", "", "write the summary as JSON to `FILE` (keys acked, applied, lost, recoveries, recovery_ms, determinism_ok, recording, ...)")
-	f.StringVar(&o.dir, "dir", "", "working directory (default: a new temporary one; the data under it is removed, the recording kept)")
-	f.StringVar(&o.recording, "recording", "", "where to write the recording (default: match.bsr in the working directory)")
-	f.BoolVar(&o.fsync, "fsync", false, "sequencing replicas sync a write-ahead log before acknowledging")
-	f.BoolVar(&o.noFaults, "no-faults", false, "do not kill a sim shard or crash the sequencing leader")
+	f.DurationVar(&o.Duration, "duration", 30*time.Second, "length of the match")
+	f.IntVar(&o.Bots, "bots", 50, "number of bots (players)")
+	f.Float64Var(&o.Rate, "rate", 10, "commands per second per bot")
+	f.Uint64Var(&o.Seed, "seed", 1, "world and bot seed")
+	f.StringVar(&jsonFile, "json", "", "write the summary as JSON to `FILE` (keys acked, applied, lost, recoveries, recovery_ms, determinism_ok, recording, ...)")
+	f.StringVar(&o.Dir, "dir", "", "working directory (default: a new temporary one; the data under it is removed, the recording kept)")
+	f.StringVar(&o.Recording, "recording", "", "where to write the recording (default: match.bsr in the working directory)")
+	f.BoolVar(&o.Fsync, "fsync", false, "sequencing replicas sync a write-ahead log before acknowledging")
+	f.BoolVar(&o.NoFaults, "no-faults", false, "do not kill a sim shard or crash the sequencing leader")
 	cmd.AddCommand(newDemoLogCmd(), newDemoDSTCmd())
 	return cmd
 }
@@ -149,4 +159,13 @@ func runSimDemo(w io.Writer, opts dst.Options, all bool) error {
 	fmt.Fprintf(w, "  checks        every acknowledged append exactly once, no duplicates, real-time order kept,\n")
 	fmt.Fprintf(w, "                no position changed after it was read, %s\n", lin)
 	return nil
+}
+
+// writeJSONFile writes v as indented JSON to path.
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

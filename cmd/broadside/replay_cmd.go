@@ -21,99 +21,50 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/shardstore"
 	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/bsr"
+	"github.com/anoptic/broadside/replay/world"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 )
 
-// Recordings of Broadside matches: one place for what 'serve', 'demo' and
-// 'replay' must agree on.
-//
-//   - The world id is defaultWorldID (gameserver.go), the world serve and
-//     demo run; 'replay export --world' defaults to it.
-//   - The header names the game (broadside.GameName) and its schema version
-//     (broadside.SchemaVersion) and carries the world's broadside.Config
-//     (MarshalBinary), so 'replay info|verify|seek' need no game flags.
-//   - broadsideRecordConfig gives Record the sectors, command kinds and
-//     kind names; recordBroadside runs a whole recording.
+// Recordings of Broadside matches: the header names the game
+// (broadside.GameName) and its schema version and carries the world's
+// broadside.Config, so 'replay info|verify|seek' need no game flags; the
+// world id is world.DefaultID (the world serve and demo run) unless told.
 
-// broadsideHeader returns the recording header of a Broadside world.
-func broadsideHeader(game broadside.Config, world uint32) (bsr.Header, error) {
-	gc, err := game.MarshalBinary()
-	if err != nil {
-		return bsr.Header{}, err
-	}
-	return bsr.Header{Game: broadside.GameName, SchemaVersion: broadside.SchemaVersion, TickRate: broadside.TickRate,
-		Seed: game.Seed, World: world, Shards: uint32(game.Sectors()), GameConfig: gc}, nil
-}
-
-// sectorSims returns a bsr NewSim of game's sectors.
-func sectorSims(game broadside.Config) func(uint32) (replay.TableSim, error) {
-	return func(shard uint32) (replay.TableSim, error) { return broadside.NewSector(game, int(shard)) }
-}
-
-// broadsideRecordConfig returns a RecordConfig for a Broadside world:
-// sims, lineage command kinds and their names. Callers set Source and
-// Writer, and optionally the tick range, policy and progress.
-func broadsideRecordConfig(game broadside.Config) bsr.RecordConfig {
-	return bsr.RecordConfig{NewSim: sectorSims(game), CommandKind: commandKind, KindNames: linKindNames, Logger: quietLogger()}
-}
-
-// recordBroadside records the log src delivers (from position 1) into a
-// new recording at path, with cfg's tick range, policy and progress, and
-// returns the stats and the file's size. It closes the file whatever
-// happens, so what was recorded stays readable.
-func recordBroadside(ctx context.Context, path string, game broadside.Config, world uint32, src replay.Source, cfg bsr.RecordConfig) (bsr.RecordStats, int64, error) {
-	h, err := broadsideHeader(game, world)
-	if err != nil {
-		return bsr.RecordStats{}, 0, err
-	}
-	w, err := bsr.Create(path, h, bsr.WriterOptions{})
-	if err != nil {
-		return bsr.RecordStats{}, 0, err
-	}
-	base := broadsideRecordConfig(game)
-	cfg.Source, cfg.Writer, cfg.NewSim, cfg.CommandKind, cfg.KindNames = src, w, base.NewSim, base.CommandKind, base.KindNames
+// recordMatch records the log src delivers (from position 1) of world id
+// of game with cfg (world.Record, with the CLI's quiet logger).
+func recordMatch(ctx context.Context, path string, game world.Game, id uint32, src replay.Source, cfg bsr.RecordConfig) (bsr.RecordStats, int64, error) {
 	if cfg.Logger == nil {
-		cfg.Logger = base.Logger
+		cfg.Logger = quietLogger()
 	}
-	st, err := bsr.Record(ctx, cfg)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	return st, w.Stats().Bytes, err
-}
-
-// recordMatchEntries records a finished match's log (entries from
-// position 1) through tick final at path: what 'demo' keeps of its match.
-func recordMatchEntries(ctx context.Context, path string, game broadside.Config, entries []msg.Entry, final uint64) (int64, error) {
-	_, size, err := recordBroadside(ctx, path, game, defaultWorldID, replay.NewSliceSource(entries, 1), bsr.RecordConfig{ToTick: final})
-	return size, err
+	return world.Record(ctx, path, game, id, src, cfg)
 }
 
 // openRecording opens a Broadside recording and decodes its world.
-func openRecording(path string) (*bsr.Reader, broadside.Config, error) {
+func openRecording(path string) (*bsr.Reader, world.Game, broadside.Config, error) {
 	r, err := bsr.Open(path)
 	if err != nil {
-		return nil, broadside.Config{}, err
+		return nil, world.Game{}, broadside.Config{}, err
 	}
 	h := r.Header()
 	if h.Game != broadside.GameName {
 		r.Close()
-		return nil, broadside.Config{}, fmt.Errorf("%s is a recording of %q, not of %s", path, h.Game, broadside.GameName)
+		return nil, world.Game{}, broadside.Config{}, fmt.Errorf("%s is a recording of %q, not of %s", path, h.Game, broadside.GameName)
 	}
-	var game broadside.Config
-	if err := game.UnmarshalBinary(h.GameConfig); err != nil {
+	game, cfg, err := broadside.GameOf(h.GameConfig)
+	if err != nil {
 		r.Close()
-		return nil, broadside.Config{}, fmt.Errorf("%s: %w", path, err)
+		return nil, world.Game{}, cfg, fmt.Errorf("%s: %w", path, err)
 	}
-	if uint32(game.Sectors()) != h.Shards {
+	if uint32(game.Shards) != h.Shards {
 		r.Close()
-		return nil, broadside.Config{}, fmt.Errorf("%s: %d shards for a world of %d sectors", path, h.Shards, game.Sectors())
+		return nil, world.Game{}, cfg, fmt.Errorf("%s: %d shards for a world of %d sectors", path, h.Shards, game.Shards)
 	}
-	return r, game, nil
+	return r, game, cfg, nil
 }
 
 // schemaWarning says when a recording was made by another version of the
@@ -217,7 +168,7 @@ holds every tick up to where it stopped.`,
 	f.StringVar(&o.fromFile, "from", "", "re-record this recording")
 	f.IntVar(&o.bots, "bots", 0, "record a generated match of this many bots")
 	f.Float64Var(&o.minutes, "minutes", 5, "with --bots: the match's length in minutes")
-	f.Uint32Var(&o.world, "world", defaultWorldID, "world id (the one 'serve' runs)")
+	f.Uint32Var(&o.world, "world", world.DefaultID, "world id (the one 'serve' runs)")
 	def := defaultRecordGame()
 	f.Uint64Var(&o.seed, "seed", def.Seed, "world seed (as given to 'serve')")
 	f.Int32Var(&o.worldSize, "world-size", def.Width, "width and height of the sea in metres (as given to 'serve')")
@@ -251,7 +202,10 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 	if o.follow && !o.useLog {
 		return errors.New("--follow goes with --log")
 	}
-	game := o.gameConfig()
+	game, err := broadside.NewGame(o.gameConfig(), 0)
+	if err != nil {
+		return err
+	}
 	var (
 		src        replay.Source
 		total      uint64 // ticks (bots, to-tick) or positions (logs) to go, 0 if unknown
@@ -263,14 +217,14 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 	switch {
 	case o.bots > 0:
 		ticks := uint64(o.minutes * 60 * broadside.TickRate)
-		m, err := newBotMatch(game, o.bots, ticks, o.seed)
+		m, err := newBotMatch(o.gameConfig(), o.bots, ticks, o.seed)
 		if err != nil {
 			return err
 		}
 		src, total = m, ticks
 		what = fmt.Sprintf("a generated match of %d bots, %d ticks", o.bots, ticks)
 	case o.fromFile != "":
-		r, g, err := openRecording(o.fromFile)
+		r, g, _, err := openRecording(o.fromFile)
 		if err != nil {
 			return err
 		}
@@ -279,18 +233,22 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 			return err
 		}
 		game, total = g, r.LastTick()
-		if o.world == defaultWorldID {
+		if o.world == world.DefaultID {
 			o.world = r.Header().World
 		}
 		what = fmt.Sprintf("recording %s (ticks %d..%d)", o.fromFile, r.FirstTick(), r.LastTick())
 	case o.server != "":
-		hs, g, err := openServerLogStream(ctx, o.server)
+		hs, conf, err := world.OpenExport(ctx, o.server, wire.MaxWelcomeWorld)
 		if err != nil {
 			return err
 		}
 		closeSrc = func() { hs.Close() }
-		game, src, total, inPos = g, hs, hs.to, true
-		what = fmt.Sprintf("the running server at %s (positions 1..%d)", o.server, hs.to)
+		if game, _, err = broadside.GameOf(conf); err != nil {
+			hs.Close()
+			return fmt.Errorf("server %s: its world: %w", o.server, err)
+		}
+		src, total, inPos = hs, hs.To(), true
+		what = fmt.Sprintf("the running server at %s (positions 1..%d)", o.server, hs.To())
 	case o.logDir != "":
 		sl, err := openStoredLog(o.logDir)
 		if err != nil {
@@ -321,9 +279,6 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 		}
 	}
 	defer closeSrc()
-	if err := game.Validate(); err != nil {
-		return err
-	}
 	if o.toTick > 0 && !inPos {
 		total = min(cmp.Or(total, o.toTick), o.toTick)
 	}
@@ -347,7 +302,7 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 				prog.set(t, t)
 			}
 		}}
-	st, size, err := recordBroadside(ctx, o.out, game, o.world, src, cfg)
+	st, size, err := recordMatch(ctx, o.out, game, o.world, src, cfg)
 	prog.finish()
 	if err != nil {
 		return err
@@ -395,7 +350,7 @@ func newReplayInfoCmd() *cobra.Command {
 		Short: "What a recording holds",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, game, err := openRecording(args[0])
+			r, _, game, err := openRecording(args[0])
 			if err != nil {
 				return err
 			}
@@ -482,7 +437,7 @@ exit status is 1 when the recording does not re-simulate.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			r, game, err := openRecording(args[0])
+			r, game, _, err := openRecording(args[0])
 			if err != nil {
 				return err
 			}
@@ -495,7 +450,7 @@ exit status is 1 when the recording does not re-simulate.`,
 				}
 			}
 			prog := newReplayProgress(cmd.ErrOrStderr(), "verify", r.LastTick()-r.BaseTick(), false, noProgress || asJSON)
-			res, err := bsr.Verify(ctx, r, describedSectors(game), func(t uint64) { prog.set(t-r.BaseTick(), t) })
+			res, err := bsr.Verify(ctx, r, game.NewSim, func(t uint64) { prog.set(t-r.BaseTick(), t) })
 			prog.finish()
 			if err != nil {
 				return err
@@ -548,7 +503,7 @@ func printVerify(w io.Writer, r *bsr.Reader, res bsr.VerifyResult) {
 		if res.Field != "" {
 			fmt.Fprintf(w, ", field %s", res.Field)
 		}
-		if want, got, ok := fieldValues(res.Table, res.Offset, res.WantBytes, res.GotBytes); ok {
+		if want, got, ok := broadside.FieldValues(res.Table, res.Offset, res.WantBytes, res.GotBytes); ok {
 			fmt.Fprintf(w, ": recorded %s, re-simulated %s", want, got)
 		} else if len(res.WantBytes) > 0 {
 			fmt.Fprintf(w, " (bytes from offset %d: recorded % x, re-simulated % x)", res.Offset, res.WantBytes, res.GotBytes)
@@ -567,12 +522,12 @@ func newReplaySeekCmd() *cobra.Command {
 		Short: "The state of the world at a tick, and how long the seek took",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, game, err := openRecording(args[0])
+			r, game, _, err := openRecording(args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			sk, err := bsr.NewSeeker(r, sectorSims(game))
+			sk, err := bsr.NewSeeker(r, game.NewSim)
 			if err != nil {
 				return err
 			}
@@ -688,122 +643,6 @@ func printSeek(w io.Writer, r *bsr.Reader, s seekSummary) {
 		}
 		tw.Flush()
 	}
-}
-
-// describedSector is a sector that names its records for verify
-// (bsr.Describer): the entity a table row holds and its fields. The
-// layout mirrors demo/broadside/sector.go's record constants;
-// TestDescribedSectorLayout checks it against the game's views.
-type describedSector struct{ *broadside.Sector }
-
-func describedSectors(game broadside.Config) func(uint32) (replay.TableSim, error) {
-	return func(shard uint32) (replay.TableSim, error) {
-		s, err := broadside.NewSector(game, int(shard))
-		if err != nil {
-			return nil, err
-		}
-		return describedSector{s}, nil
-	}
-}
-
-type fieldSpan struct {
-	off, size int
-	name      string
-	signed    bool
-}
-
-// fieldValues formats a divergence's recorded and re-simulated values of
-// the field at offset of a record of table, if the layout knows it.
-func fieldValues(tableID uint32, offset int, want, got []byte) (string, string, bool) {
-	for _, f := range sectorLayout[tableID].fields {
-		if f.off != offset || f.size > len(want) || f.size > len(got) {
-			continue
-		}
-		val := func(b []byte) string {
-			var v uint64
-			for i := f.size - 1; i >= 0; i-- {
-				v = v<<8 | uint64(b[i])
-			}
-			if f.signed {
-				shift := 64 - 8*f.size
-				return fmt.Sprint(int64(v<<shift) >> shift)
-			}
-			return fmt.Sprint(v)
-		}
-		return val(want), val(got), true
-	}
-	return "", "", false
-}
-
-// sectorLayout names the sector's tables and record fields by table id.
-var sectorLayout = map[uint32]struct {
-	name   string
-	fields []fieldSpan
-}{
-	1: {"meta", []fieldSpan{{0, 8, "tick", false}, {8, 8, "balls fired", false}, {16, 8, "ships sunk", false},
-		{24, 8, "entities migrated", false}, {32, 8, "last log position", false}}},
-	2: {"players", []fieldSpan{{0, 4, "player", false}, {4, 1, "fire side", false}, {5, 1, "throttle", true}, {6, 1, "rudder", true},
-		{8, 4, "ship slot", false}, {16, 8, "throttle order position", false}, {24, 8, "rudder order position", false},
-		{32, 8, "fire order position", false}}},
-	3: {"ships", []fieldSpan{{0, 8, "id", false}, {8, 4, "player", false}, {12, 4, "player slot", false}, {16, 2, "hull", true},
-		{18, 1, "sunk", false}, {24, 8, "port guns ready", false}, {32, 8, "starboard guns ready", false},
-		{40, 8, "respawn tick", false}, {48, 8, "fire order handled", false}}},
-	4: {"balls", []fieldSpan{{0, 8, "id", false}, {8, 8, "owner", false}, {16, 4, "x at launch", true}, {20, 4, "y at launch", true},
-		{24, 4, "vx", true}, {28, 4, "vy", true}, {32, 8, "launch tick", false}, {40, 4, "lifetime", false},
-		{48, 8, "departure tick", false}, {56, 8, "arrival tick", false}}},
-	5: {"motion", []fieldSpan{{0, 4, "x", true}, {4, 4, "y", true}, {8, 4, "speed", true}, {12, 2, "heading", false}}},
-}
-
-// DescribeRecord implements bsr.Describer.
-func (d describedSector) DescribeRecord(tableID uint32, slot, offset int) (entity, field string) {
-	lay, ok := sectorLayout[tableID]
-	if !ok {
-		return "", ""
-	}
-	var tables = d.Tables().Tables()
-	row := func(id uint32) (rec []byte) {
-		for _, t := range tables {
-			if t.ID() == id && slot < t.Slots() {
-				return t.Row(slot)
-			}
-		}
-		return nil
-	}
-	le := func(b []byte, off, n int) uint64 {
-		var v uint64
-		for i := n - 1; i >= 0; i-- {
-			v = v<<8 | uint64(b[off+i])
-		}
-		return v
-	}
-	switch tableID {
-	case 1:
-		entity = fmt.Sprintf("sector %d", d.Index())
-	case 2:
-		if r := row(2); r != nil {
-			entity = fmt.Sprintf("player %d", le(r, 0, 4))
-		}
-	case 3, 5:
-		if r := row(3); r != nil {
-			entity = fmt.Sprintf("ship:%d", le(r, 8, 4))
-		}
-	case 4:
-		if r := row(4); r != nil {
-			entity = fmt.Sprintf("ball %#x", le(r, 0, 8))
-		}
-	}
-	if entity == "" {
-		entity = fmt.Sprintf("%s slot %d", lay.name, slot)
-	}
-	if offset < 0 {
-		return entity, ""
-	}
-	for _, f := range lay.fields {
-		if offset >= f.off && offset < f.off+f.size {
-			return entity, f.name
-		}
-	}
-	return entity, fmt.Sprintf("byte %d", offset)
 }
 
 // storedLog is a Source over a stopped embedded command log: the Pebble

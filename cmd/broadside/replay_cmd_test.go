@@ -19,6 +19,7 @@ import (
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/bsr"
+	"github.com/anoptic/broadside/replay/world"
 )
 
 // runCLI runs the CLI in-process.
@@ -132,11 +133,11 @@ func TestReplayVerifyDivergence(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "bug.bsr")
-	h, err := broadsideHeader(game, defaultWorldID)
+	g, err := broadside.NewGame(game, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := bsr.Create(path, h, bsr.WriterOptions{})
+	w, err := bsr.Create(path, g.Header(world.DefaultID), bsr.WriterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,63 +172,6 @@ func TestReplayVerifyDivergence(t *testing.T) {
 	t.Log(out.String())
 }
 
-// TestDescribedSectorLayout checks the describer's record layout against
-// the game's own views: if sector.go's layout changes, this fails.
-func TestDescribedSectorLayout(t *testing.T) {
-	game := defaultRecordGame()
-	m, err := newBotMatch(game, 40, 300, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range m.ticks * 40 {
-		if _, err := m.Next(context.Background()); err != nil {
-			break
-		}
-	}
-	balls := 0
-	for _, s := range m.sectors {
-		tables := s.Tables().Tables()
-		ids := map[uint32]int{}
-		for i, tb := range tables {
-			ids[tb.ID()] = i
-			if _, ok := sectorLayout[tb.ID()]; !ok {
-				t.Fatalf("table %d is not in the describer's layout", tb.ID())
-			}
-			for _, f := range sectorLayout[tb.ID()].fields {
-				if f.off+f.size > tb.RecordSize() {
-					t.Fatalf("table %d field %s beyond its %d-byte records", tb.ID(), f.name, tb.RecordSize())
-				}
-			}
-		}
-		ships, motion, ballT := tables[ids[3]], tables[ids[5]], tables[ids[4]]
-		slot := ships.NextLive(0)
-		s.Ships(func(v broadside.ShipView) {
-			r, mv := ships.Row(slot), motion.Row(slot)
-			if r.U64(0) != uint64(v.ID) || r.U32(8) != v.Player || r.I16(16) != v.Hull || mv.I32(0) != v.X || mv.I32(4) != v.Y || mv.I32(8) != v.Speed || mv.U16(12) != uint16(v.Heading) {
-				t.Fatalf("ship slot %d does not match its view %+v", slot, v)
-			}
-			if e, f := (describedSector{s}).DescribeRecord(3, slot, 16); e != "ship:"+itoa(v.Player) || f != "hull" {
-				t.Fatalf("describe: %q %q", e, f)
-			}
-			slot = ships.NextLive(slot + 1)
-		})
-		slot = ballT.NextLive(0)
-		s.Balls(func(v broadside.BallView) {
-			r := ballT.Row(slot)
-			if r.U64(0) != uint64(v.ID) || r.U64(8) != uint64(v.Owner) || r.I32(24) != v.VX || r.I32(28) != v.VY || r.U32(40) != v.Lifetime {
-				t.Fatalf("ball slot %d does not match its view %+v", slot, v)
-			}
-			balls++
-			slot = ballT.NextLive(slot + 1)
-		})
-	}
-	if balls == 0 {
-		t.Fatal("no cannonball to check")
-	}
-}
-
-func itoa(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
-
 // TestStoredLogSource reads a stopped embedded log's shard stores back in
 // position order, and records it.
 func TestStoredLogSource(t *testing.T) {
@@ -247,7 +191,7 @@ func TestStoredLogSource(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	const stripe = 64
 	for i := range 2 {
-		st, err := shardstore.Open(filepath.Join(dir, "log", "shard-"+itoa(uint32(101+i))), shardstore.Options{Logger: quietLogger()})
+		st, err := shardstore.Open(filepath.Join(dir, "log", "shard-"+strconv.Itoa(101+i)), shardstore.Options{Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,8 +234,8 @@ func TestStoredLogSource(t *testing.T) {
 	}
 }
 
-// TestRecordMatchEntries is the helper 'demo' records its match with.
-func TestRecordMatchEntries(t *testing.T) {
+// TestRecordMatch records a finished match's log and opens it again.
+func TestRecordMatch(t *testing.T) {
 	game := defaultRecordGame()
 	m, _ := newBotMatch(game, 8, 90, 6)
 	var entries []msg.Entry
@@ -303,13 +247,17 @@ func TestRecordMatchEntries(t *testing.T) {
 		entries = append(entries, e)
 	}
 	path := filepath.Join(t.TempDir(), "demo.bsr")
-	size, err := recordMatchEntries(context.Background(), path, game, entries, 60)
+	g, err := broadside.NewGame(game, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, size, err := recordMatch(context.Background(), path, g, world.DefaultID, replay.NewSliceSource(entries, 1), bsr.RecordConfig{ToTick: 60})
 	if err != nil || size == 0 {
 		t.Fatal(size, err)
 	}
-	r, g, err := openRecording(path)
-	if err != nil || g != game || r.LastTick() != 60 {
-		t.Fatalf("%v %+v", err, g)
+	r, _, cfg, err := openRecording(path)
+	if err != nil || cfg != game || r.LastTick() != 60 {
+		t.Fatalf("%v %+v", err, cfg)
 	}
 	r.Close()
 }

@@ -11,20 +11,18 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
-	"github.com/anoptic/broadside/cmdlog/coord"
-	"github.com/anoptic/broadside/cmdlog/mesh"
+	"github.com/anoptic/broadside/cmdlog/embedded"
 	"github.com/anoptic/broadside/cmdlog/node"
-	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/netcode"
 	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/anoptic/broadside/replay/world"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -140,32 +138,27 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var worldRef atomic.Pointer[gameWorld]
+	game, err := broadside.NewGame(o.gameConfig(), int64(o.interest*1000))
+	if err != nil {
+		return err
+	}
+	var worldRef atomic.Pointer[world.World]
 	lineageStore := func() (lineage.Store, func()) {
 		if w := worldRef.Load(); w != nil {
-			return w.lineageStore()
+			return w.LineageStore()
 		}
 		return nil, func() {}
 	}
-	game := o.gameConfig()
 	serveAdmin(ctx, o.adminAddr, reg, log, map[string]http.Handler{
 		"/lineage":        lineageHandler(lineageStore),
 		"/lineage/store/": lineage.StoreHandler(lineageStore),
-		"/replay/": logStreamHandler(game, func() worldLog {
-			if w := worldRef.Load(); w != nil {
-				return w.cfg.Log
-			}
-			return nil
-		}),
+		"/replay/":        world.ExportHandler(worldRef.Load),
 	})
 
-	if err := game.Validate(); err != nil {
-		return err
-	}
 	specDelay := uint64(o.specDelay / (time.Second / broadside.TickRate))
-	if specDelay+16 > hubFrames {
+	if specDelay+16 > world.FrameRing {
 		return fmt.Errorf("--spectator-delay %v: at most %v (the server keeps %d ticks of state)", o.specDelay,
-			time.Duration(hubFrames-16)*time.Second/broadside.TickRate, hubFrames)
+			time.Duration(world.FrameRing-16)*time.Second/broadside.TickRate, world.FrameRing)
 	}
 	logc, worldc, closeLog, err := openServerLog(ctx, o, log, reg)
 	if err != nil {
@@ -173,39 +166,38 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	}
 	defer closeLog()
 
-	hub := newFrameHub(game.Sectors(), int64(o.interest*1000))
-	worldInfo, err := game.MarshalBinary()
-	if err != nil {
-		return err
-	}
+	frames := world.NewFrames(game.Shards, game.NewFrame)
 	srv, err := netcode.NewServer(netcode.ServerConfig{
 		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc,
 		Limits: netcode.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
-		State: hub, SpectatorDelay: specDelay,
-		TickRate: broadside.TickRate, Tick: hub.latest, World: worldInfo,
+		State: broadside.NewStateSource(frames), SpectatorDelay: specDelay,
+		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config,
 	})
 	if err != nil {
 		return err
 	}
-	world, err := startGameWorld(ctx, gameWorldConfig{
-		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: worldc, Server: srv, Hub: hub,
+	// Players learn which of their commands a tick applied with that
+	// tick's state.
+	frames.OnApplied(srv.NoteApplied)
+	running, err := world.Start(ctx, world.Config{
+		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: worldc, Frames: frames, OnFrame: srv.Publish,
 		Logger: log, Registry: reg, Retain: o.retain,
 	})
 	if err != nil {
 		return err
 	}
-	worldRef.Store(world)
+	worldRef.Store(running)
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServe()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(serveCtx) }()
 	fmt.Fprintf(out, "broadside server listening on %s (ALPN %s): a %d m sea in %d sectors, %d Hz\n",
-		srv.Addr(), netcode.ALPN, game.Width, game.Sectors(), broadside.TickRate)
+		srv.Addr(), netcode.ALPN, o.worldSize, game.Shards, broadside.TickRate)
 	fmt.Fprintf(out, "tokens: broadside token --player NAME --secret-file %s\n", o.secretFile)
 	select {
 	case <-ctx.Done():
 	case err := <-served:
-		world.Stop(context.Background())
+		running.Stop(context.Background())
 		return err
 	}
 	// Graceful shutdown: stop intake and let accepted commands become
@@ -216,7 +208,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err := srv.Drain(dctx); err != nil {
 		log.Warn("drain", "err", err)
 	}
-	final, err := world.Stop(dctx)
+	final, err := running.Stop(dctx)
 	if err != nil {
 		log.Warn("final snapshot", "err", err)
 	} else {
@@ -233,7 +225,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 // migrations, the runners' reads) use two clients: a client keeps a bounded
 // number of append rounds in flight, and under a flood of commands the
 // world's tick markers must not wait behind them.
-func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *prometheus.Registry) (intake, world worldLog, closeAll func(), err error) {
+func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *prometheus.Registry) (intake, worldLog world.Log, closeAll func(), err error) {
 	latency := node.AppendLatency(reg)
 	if o.useLog {
 		c, closeC, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{OnAppendLatency: latency})
@@ -247,113 +239,15 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 		}
 		return c, w, func() { closeW(); closeC() }, nil
 	}
-	if err := checkRestartable(o.dataDir, o.fsync); err != nil {
+	if err := embedded.CheckRestartable(o.dataDir, o.fsync); err != nil {
 		return nil, nil, nil, err
 	}
-	el, err := startEmbeddedLog(ctx, filepath.Join(o.dataDir, "log"), o.fsync, latency)
+	el, err := embedded.Start(ctx, embedded.Options{Dir: filepath.Join(o.dataDir, "log"), Fsync: o.fsync, OnAppendLatency: latency})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	log.Info("embedded command log", "replicas", el.lc.Replicas(), "shards", el.lc.Layout().Shards, "data", o.dataDir)
-	return el.client, el.world, el.Close, nil
-}
-
-// checkRestartable refuses to restart an embedded log that ran in memory
-// durability: its sequencing replicas kept their state in memory only
-// (that is what an acknowledgement meant), so when the whole process
-// stops, the cluster cannot resume; the shards' ordered records remain but
-// no replica can vouch for the rest. With --fsync the replicas' write-ahead
-// logs let it resume. The mode of a data directory is kept in a file.
-func checkRestartable(dataDir string, fsync bool) error {
-	mode := "memory"
-	if fsync {
-		mode = "fsync"
-	}
-	marker := filepath.Join(dataDir, "log-durability")
-	prev, err := os.ReadFile(marker)
-	switch {
-	case os.IsNotExist(err):
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
-			return err
-		}
-		return os.WriteFile(marker, []byte(mode+"\n"), 0o644)
-	case err != nil:
-		return err
-	}
-	if p := strings.TrimSpace(string(prev)); p != "fsync" {
-		return fmt.Errorf("%s holds an embedded command log that ran in %s durability: its sequencing replicas' state was lost when the server stopped, so it cannot resume; start with an empty --data (or remove %s), and use --fsync to be able to restart a server on its data", dataDir, p, dataDir)
-	}
-	if !fsync {
-		return fmt.Errorf("%s holds an embedded command log in fsync durability: restart it with --fsync", dataDir)
-	}
-	return nil
-}
-
-// embeddedLog is a command log cluster in this process: 3 sequencing
-// replicas and 2 shards on loopback QUIC, shard stores and WALs in Pebble
-// under a directory, views in an embedded NATS JetStream KV (persisted
-// under the directory too, so a restarted server finds its log's view).
-type embeddedLog struct {
-	lc     *cmdlog.LocalCluster
-	coord  coord.Coordinator
-	nats   *coord.EmbeddedNATS
-	closeC func()
-	client *cmdlog.Client // players' commands
-	world  *cmdlog.Client // the world: tick markers, migrations, reads
-	group  *mesh.Group
-	disk   *cmdlog.DiskStorage
-}
-
-func startEmbeddedLog(ctx context.Context, dir string, fsync bool, latency func(time.Duration)) (*embeddedLog, error) {
-	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	ca, err := transport.NewDevCA()
-	if err != nil {
-		return nil, err
-	}
-	server, client, err := ca.MutualTLS("localhost")
-	if err != nil {
-		return nil, err
-	}
-	ns, err := coord.StartEmbeddedNATS(coord.EmbeddedOptions{StoreDir: filepath.Join(dir, "coord"), Host: "127.0.0.1"})
-	if err != nil {
-		return nil, err
-	}
-	co, closeCoord, err := openCoordinator(ctx, ns.ClientURL(), "embedded")
-	if err != nil {
-		ns.Shutdown()
-		return nil, err
-	}
-	el := &embeddedLog{coord: co, nats: ns, closeC: closeCoord, group: mesh.NewGroup(server, client, quiet), disk: &cmdlog.DiskStorage{Dir: dir, Logger: quiet}}
-	durability := seq.Memory
-	if fsync {
-		durability = seq.Fsync
-	}
-	el.lc, err = cmdlog.StartLocal(ctx, cmdlog.LocalConfig{
-		Coordinator: el.coord, Network: el.group, Durability: durability, Logger: quiet,
-		Timing: node.Timing{Tick: 5 * time.Millisecond}, Core: seq.Config{SuspectTicks: 60},
-		NewStorage: el.disk.NewStorage, NewWAL: el.disk.NewWAL,
-	})
-	if err != nil {
-		el.group.Close()
-		el.disk.Close()
-		closeCoord()
-		ns.Shutdown()
-		return nil, err
-	}
-	el.client = el.lc.NewClient(cmdlog.ClientConfig{OnAppendLatency: latency})
-	el.world = el.lc.NewClient(cmdlog.ClientConfig{})
-	return el, nil
-}
-
-// Close stops the cluster.
-func (el *embeddedLog) Close() {
-	el.client.Close()
-	el.world.Close()
-	el.lc.Close()
-	el.group.Close()
-	el.disk.Close()
-	el.closeC()
-	el.nats.Shutdown()
+	log.Info("embedded command log", "replicas", el.Local().Replicas(), "shards", el.Local().Layout().Shards, "data", o.dataDir)
+	return el.Log(), el.World(), el.Close, nil
 }
 
 // serveAdmin serves /metrics and /debug/pprof on addr until ctx ends.

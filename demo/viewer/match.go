@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/table"
+	"github.com/anoptic/broadside/replay/world"
 )
 
 // MatchOptions configures PlayMatch.
@@ -25,8 +27,8 @@ type MatchOptions struct {
 	Title string
 }
 
-// MatchSource is a bot match played in memory, every sector stepped on its
-// own and recording lineage, as one replay.Runner per sector would. It
+// MatchSource is a bot match played in memory (broadside.BotMatch on a
+// world.LocalWorld: one replay.Runner per sector, recording lineage). It
 // keeps every tick's frame and input, so seeking is free; it is the
 // viewer's demo and the source its tests drive.
 type MatchSource struct {
@@ -34,6 +36,7 @@ type MatchSource struct {
 	cfg    broadside.Config
 	frames []Frame // frames[k] is tick k+1
 	inputs [][]replay.Command
+	log    []msg.Entry
 	hashes []uint64
 	ix     *lineage.Index
 	cur    int
@@ -66,41 +69,43 @@ func PlayMatch(ctx context.Context, o MatchOptions) (*MatchSource, error) {
 	}
 	src := &MatchSource{cfg: cfg}
 	src.world = WorldOf(o.Title, cfg, geo)
-	sim, err := newMatchSim(cfg)
-	if err != nil {
-		return nil, err
-	}
 	store := lineage.NewMemStore()
-	if err := lineage.PutKindNames(ctx, store, KindNames); err != nil {
+	if err := lineage.PutKindNames(ctx, store, broadside.KindNames); err != nil {
 		return nil, err
 	}
 	lg := lineage.NewLog(lineage.LogOptions{Store: store})
-	bots := broadside.NewFleet(o.Seed, true)
-	for p := uint32(1); p <= uint32(o.Ships); p++ {
-		if err := sim.submit(p, broadside.Join()); err != nil {
-			return nil, err
-		}
+	m, err := broadside.NewBotMatch(cfg, o.Ships, o.Seed, world.LocalConfig{
+		KeepLog: true, HistoryTicks: o.Ticks + 1,
+		Recorder: func(uint32) lineage.Recorder { return lg },
+		Observer: func(info replay.TickInfo) {
+			if info.Shard == 0 { // every shard reads the whole input
+				src.inputs = append(src.inputs, cloneCommands(info.Commands))
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
-	var views []broadside.ShipView
+	defer m.Close()
 	for t := 0; t < o.Ticks; t++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		in, err := sim.step(ctx, lg)
-		if err != nil {
+		if err := m.Step(); err != nil {
 			return nil, err
 		}
-		src.inputs = append(src.inputs, cloneCommands(in))
-		src.hashes = append(src.hashes, sim.hash())
-		f := Frame{Tick: sim.tick}
-		for _, s := range sim.sectors {
+		f := Frame{Tick: m.World().Tick()}
+		h := uint64(m.World().Shards())
+		for i := range m.World().Shards() {
+			s := m.Sector(i)
 			s.Ships(func(v broadside.ShipView) { f.Ships = append(f.Ships, v) })
 			s.Balls(func(v broadside.BallView) { f.Balls = append(f.Balls, v) })
+			h = table.Mix64(h ^ s.Hash())
 		}
 		src.frames = append(src.frames, f)
-		views = append(views[:0], f.Ships...)
-		bots.Act(sim.tick, views, func(p uint32, c broadside.PlayerCommand) { _ = sim.submit(p, c) })
+		src.hashes = append(src.hashes, h)
 	}
+	src.log = m.World().Entries()
 	if err := lg.Flush(ctx); err != nil {
 		return nil, err
 	}
@@ -137,7 +142,7 @@ func (m *MatchSource) Config() broadside.Config { return m.cfg }
 func (m *MatchSource) Inputs() [][]replay.Command { return m.inputs }
 
 // Hashes returns the world hash after each tick (Hashes()[k] is tick
-// k+1's; see broadside.World.Hash).
+// k+1's): the sectors' hashes mixed in sector order.
 func (m *MatchSource) Hashes() []uint64 { return m.hashes }
 
 // Index returns the match's lineage.
@@ -230,95 +235,4 @@ func (m *MatchSource) Sinkings() []Sinking {
 type Sinking struct {
 	Player uint32
 	Tick   uint64
-}
-
-// matchSim steps the sectors of a world one by one, each as its own
-// lineage shard, with broadside.World's ordering: each tick's input is the
-// migrations returned by the previous tick, then the player commands
-// submitted since, at consecutive log positions followed by the position
-// of the tick's marker (as in a server's log); every sector gets the whole
-// input.
-type matchSim struct {
-	sectors []*broadside.Sector
-	tick    uint64
-	pos     uint64
-	next    [][]byte
-	queued  []replay.Command
-	input   []replay.Command
-}
-
-func newMatchSim(cfg broadside.Config) (*matchSim, error) {
-	w := &matchSim{}
-	for i := 0; i < cfg.Sectors(); i++ {
-		s, err := broadside.NewSector(cfg, i)
-		if err != nil {
-			return nil, err
-		}
-		w.sectors = append(w.sectors, s)
-	}
-	return w, nil
-}
-
-func (w *matchSim) submit(player uint32, c broadside.PlayerCommand) error {
-	b, err := broadside.EncodeCommand(c)
-	if err != nil {
-		return err
-	}
-	w.queued = append(w.queued, replay.Command{Player: player, Payload: b})
-	return nil
-}
-
-func (w *matchSim) step(ctx context.Context, lg lineage.TickRecorder) ([]replay.Command, error) {
-	w.tick++
-	w.input = w.input[:0]
-	for _, m := range w.next {
-		w.input = append(w.input, replay.Command{Payload: m})
-	}
-	w.next = w.next[:0]
-	w.input = append(w.input, w.queued...)
-	w.queued = w.queued[:0]
-	for i := range w.input {
-		w.pos++
-		w.input[i].Pos, w.input[i].ClientSeq = w.pos, w.pos
-	}
-	// The tick's TICK marker follows its inputs in the log (see Log):
-	// positions are the log's, which migrations carry in their payloads.
-	w.pos++
-	for i, s := range w.sectors {
-		if err := lg.BeginTick(ctx, lineage.ShardID(i), w.tick); err != nil {
-			return nil, err
-		}
-		for k := range w.input {
-			c := &w.input[k]
-			lg.Input(lineage.CommandInfo{Pos: c.Pos, Player: c.Player, Kind: KindOf(c)})
-		}
-		for _, o := range s.Step(w.tick, w.input, lg) {
-			w.next = append(w.next, o.Payload)
-		}
-		if err := lg.EndTick(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return w.input, nil
-}
-
-// hash combines the sectors' hashes as broadside.World.Hash does.
-func (w *matchSim) hash() uint64 {
-	h := uint64(len(w.sectors))
-	for _, s := range w.sectors {
-		h = table.Mix64(h ^ s.Hash())
-	}
-	return h
-}
-
-// KindOf classifies a log record for lineage (see KindNames).
-func KindOf(c *replay.Command) uint8 {
-	if c.Player == 0 {
-		return 0
-	}
-	pc, err := broadside.DecodeCommand(c.Payload)
-	if err != nil {
-		return 255
-	}
-	return uint8(pc.Kind)
 }

@@ -113,7 +113,3 @@ type SinkingSource interface {
 	AfloatSince(player uint32, sunkAt uint64) (uint64, bool)
 }
 
-// KindNames names Broadside's command kinds as lineage records them
-// (lineage.CommandInfo.Kind): 0 for engine records (migrations), the
-// command kind for player commands, 255 for payloads the game rejects.
-var KindNames = map[uint8]string{0: "migration", 1: "join", 2: "throttle", 3: "rudder", 4: "fire", 255: "invalid"}

@@ -1,0 +1,178 @@
+// Package embedded runs a whole command log cluster inside one process, as
+// 'broadside serve' and 'broadside demo' do by default: 3 sequencing
+// replicas and 2 shards on loopback QUIC, shard stores and write-ahead
+// logs in Pebble under a directory, and views in an embedded NATS
+// JetStream KV persisted under it too, so that a restarted process finds
+// its log's view. It links nats-server (the coordinator's adapter); the
+// cmdlog core does not.
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog"
+	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/mesh"
+	"github.com/anoptic/broadside/cmdlog/node"
+	"github.com/anoptic/broadside/cmdlog/seq"
+	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configure an embedded cluster.
+type Options struct {
+	// Dir holds the shard stores, the write-ahead logs and the
+	// coordinator's state (required).
+	Dir string
+	// Fsync makes the sequencing replicas sync a write-ahead log before
+	// acknowledging (seq.Fsync); otherwise they acknowledge from memory.
+	Fsync bool
+	// OnAppendLatency, if set, observes every append of the players'
+	// client (Log).
+	OnAppendLatency func(time.Duration)
+	// Logger receives the cluster's messages (nil: errors only, to
+	// stderr).
+	Logger *slog.Logger
+}
+
+// Cluster is a command log cluster in this process.
+type Cluster struct {
+	lc      *cmdlog.LocalCluster
+	coord   coord.Coordinator
+	nats    *coord.EmbeddedNATS
+	closeNC func()
+	log     *cmdlog.Client // players' commands
+	world   *cmdlog.Client // the world: tick markers, migrations, reads
+	group   *mesh.Group
+	disk    *cmdlog.DiskStorage
+}
+
+// Start starts a cluster on o.Dir.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	quiet := o.Logger
+	if quiet == nil {
+		quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	}
+	ca, err := transport.NewDevCA()
+	if err != nil {
+		return nil, err
+	}
+	server, client, err := ca.MutualTLS("localhost")
+	if err != nil {
+		return nil, err
+	}
+	ns, err := coord.StartEmbeddedNATS(coord.EmbeddedOptions{StoreDir: filepath.Join(o.Dir, "coord"), Host: "127.0.0.1"})
+	if err != nil {
+		return nil, err
+	}
+	co, closeNC, err := OpenCoordinator(ctx, ns.ClientURL(), "embedded")
+	if err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
+	c := &Cluster{coord: co, nats: ns, closeNC: closeNC, group: mesh.NewGroup(server, client, quiet), disk: &cmdlog.DiskStorage{Dir: o.Dir, Logger: quiet}}
+	durability := seq.Memory
+	if o.Fsync {
+		durability = seq.Fsync
+	}
+	c.lc, err = cmdlog.StartLocal(ctx, cmdlog.LocalConfig{
+		Coordinator: c.coord, Network: c.group, Durability: durability, Logger: quiet,
+		Timing: node.Timing{Tick: 5 * time.Millisecond}, Core: seq.Config{SuspectTicks: 60},
+		NewStorage: c.disk.NewStorage, NewWAL: c.disk.NewWAL,
+	})
+	if err != nil {
+		c.group.Close()
+		c.disk.Close()
+		closeNC()
+		ns.Shutdown()
+		return nil, err
+	}
+	c.log = c.lc.NewClient(cmdlog.ClientConfig{OnAppendLatency: o.OnAppendLatency})
+	c.world = c.lc.NewClient(cmdlog.ClientConfig{})
+	return c, nil
+}
+
+// Log is the client for players' commands; World is the world's own
+// client (tick markers, migrations, the runners' reads), so that under a
+// flood of commands the world's markers do not wait behind them (a client
+// keeps a bounded number of append rounds in flight).
+func (c *Cluster) Log() *cmdlog.Client   { return c.log }
+func (c *Cluster) World() *cmdlog.Client { return c.world }
+
+// Local returns the cluster's nodes (to stop and restart them).
+func (c *Cluster) Local() *cmdlog.LocalCluster { return c.lc }
+
+// Coordinator returns the cluster's view coordinator.
+func (c *Cluster) Coordinator() coord.Coordinator { return c.coord }
+
+// Close stops the cluster.
+func (c *Cluster) Close() {
+	c.log.Close()
+	c.world.Close()
+	c.lc.Close()
+	c.group.Close()
+	c.disk.Close()
+	c.closeNC()
+	c.nats.Shutdown()
+}
+
+// OpenCoordinator connects to the NATS JetStream KV coordinator at url for
+// the views of cluster; the returned func closes the connection.
+func OpenCoordinator(ctx context.Context, url, cluster string) (coord.Coordinator, func(), error) {
+	if url == "" {
+		return nil, nil, fmt.Errorf("a coordinator URL (nats://HOST:PORT) is required")
+	}
+	nc, err := nats.Connect(url, nats.Name("broadside"), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
+	if err != nil {
+		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
+	}
+	c, err := coord.NewNATS(ctx, js, coord.NATSConfig{Cluster: cluster})
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
+	}
+	return c, nc.Close, nil
+}
+
+// CheckRestartable refuses to restart an embedded log that ran in memory
+// durability: its sequencing replicas kept their state in memory only
+// (that is what an acknowledgement meant), so when the whole process
+// stops, the cluster cannot resume; the shards' ordered records remain but
+// no replica can vouch for the rest. With fsync the replicas' write-ahead
+// logs let it resume. The mode of a data directory is kept in a file.
+func CheckRestartable(dataDir string, fsync bool) error {
+	mode := "memory"
+	if fsync {
+		mode = "fsync"
+	}
+	marker := filepath.Join(dataDir, "log-durability")
+	prev, err := os.ReadFile(marker)
+	switch {
+	case os.IsNotExist(err):
+		if err := os.MkdirAll(dataDir, 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(marker, []byte(mode+"\n"), 0o644)
+	case err != nil:
+		return err
+	}
+	if p := strings.TrimSpace(string(prev)); p != "fsync" {
+		return fmt.Errorf("%s holds an embedded command log that ran in %s durability: its sequencing replicas' state was lost when the server stopped, so it cannot resume; start with an empty --data (or remove %s), and use --fsync to be able to restart a server on its data", dataDir, p, dataDir)
+	}
+	if !fsync {
+		return fmt.Errorf("%s holds an embedded command log in fsync durability: restart it with --fsync", dataDir)
+	}
+	return nil
+}

@@ -1,0 +1,485 @@
+// Package match is 'broadside demo': a whole Broadside match in one
+// process — an embedded command log cluster, a game server whose world is
+// split in sectors, bots playing from the state they receive — with faults
+// injected mid-match (a sim shard killed, the sequencing leader crashed)
+// and checks at the end: every acknowledged command in the log exactly
+// once, the whole log re-simulated from scratch to the live run's hashes,
+// and a recording that verifies.
+package match
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog/embedded"
+	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/demo/bots"
+	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/anoptic/broadside/netcode/wire"
+	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/bsr"
+	"github.com/anoptic/broadside/replay/world"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// Options configure a match.
+type Options struct {
+	Duration time.Duration
+	Bots     int
+	// Rate is the commands per second each bot sends.
+	Rate float64
+	Seed uint64
+	// Dir is the working directory (default: a new temporary one whose
+	// data is removed; the recording is kept).
+	Dir string
+	// Recording is where to write the recording (default: match.bsr in
+	// Dir).
+	Recording string
+	Fsync     bool
+	NoFaults  bool
+	// Out receives the match's narration (nil: none).
+	Out io.Writer
+}
+
+// Report is the match's summary.
+type Report struct {
+	Players    int    `json:"players"`
+	Ticks      uint64 `json:"ticks"`
+	Sent       int64  `json:"sent"`
+	Acked      int64  `json:"acked"`
+	Applied    int64  `json:"applied"`
+	InLog      int    `json:"in_log"`
+	Lost       int    `json:"lost"`
+	Duplicated int    `json:"duplicated"`
+	Recoveries int    `json:"recoveries"`
+	// RecoveryMismatched counts replayed ticks whose hash differed from
+	// the one published before the crash.
+	RecoveryMismatched int       `json:"recovery_mismatched"`
+	RecoveryMs         []float64 `json:"recovery_ms"`
+	ViewChangeMs       float64   `json:"view_change_ms"`
+	DeterminismOK      bool      `json:"determinism_ok"`
+	TicksChecked       uint64    `json:"ticks_checked"`
+	FirstDiverging     string    `json:"first_diverging,omitempty"`
+	Recording          string    `json:"recording"`
+	RecordingBytes     int64     `json:"recording_bytes"`
+	AckP50ms           float64   `json:"ack_p50_ms"`
+	AckP99ms           float64   `json:"ack_p99_ms"`
+	AppliedP99ms       float64   `json:"applied_p99_ms"`
+	DownBytesSec       float64   `json:"down_bytes_per_sec_per_client"`
+	Sunk               uint64    `json:"ships_sunk"`
+	BallsFired         uint64    `json:"balls_fired"`
+}
+
+// victim is the sim shard the match kills.
+const victim = 1
+
+// match is one running match.
+type match struct {
+	o      Options
+	start  time.Time
+	game   world.Game
+	conf   broadside.Config
+	log    *embedded.Cluster
+	ca     *transport.DevCA
+	secret []byte
+	srv    *netcode.Server
+	world  *world.World
+	// worldStopped is set once world stopped (its hashes stay readable).
+	worldStopped bool
+	rec          *world.Recording
+	recovered    chan replay.Recovery
+	served       chan error
+	stopServe    context.CancelFunc
+
+	ackMu sync.Mutex
+	acked map[[2]uint64]bool
+}
+
+func (m *match) say(format string, a ...any) {
+	if m.o.Out != nil {
+		fmt.Fprintf(m.o.Out, format, a...)
+	}
+}
+
+func (m *match) at() string { return fmt.Sprintf("t=%5.1fs", time.Since(m.start).Seconds()) }
+
+// Run plays a match and checks it. The error says what failed a check.
+func Run(ctx context.Context, o Options) (rep Report, err error) {
+	if o.Bots <= 0 || o.Duration < 3*time.Second || o.Rate <= 0 {
+		return rep, fmt.Errorf("need bots > 0, rate > 0 and a duration of at least 3s")
+	}
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "broadside-demo-"); err != nil {
+			return rep, err
+		}
+		defer os.RemoveAll(filepath.Join(o.Dir, "data"))
+	}
+	if o.Recording == "" {
+		o.Recording = filepath.Join(o.Dir, "match.bsr")
+	}
+	m := &match{o: o, start: time.Now(), acked: map[[2]uint64]bool{}, recovered: make(chan replay.Recovery, 16)}
+	m.conf = broadside.Config{Seed: o.Seed, Width: 3000, Height: 3000, SectorsX: 2, SectorsY: 2, Islands: 8}
+	if m.game, err = broadside.NewGame(m.conf, 0); err != nil {
+		return rep, err
+	}
+	m.say("Broadside demo: %d bots, %s match on a %d m sea in %d sectors (sim shards), seed %d\n",
+		o.Bots, o.Duration, m.conf.Width, m.game.Shards, o.Seed)
+	defer m.close()
+	if err := m.startServer(ctx); err != nil {
+		return rep, err
+	}
+	botRep, err := m.play(ctx, &rep)
+	if err != nil {
+		return rep, err
+	}
+	final, err := m.stop(ctx, &rep)
+	if err != nil {
+		return rep, err
+	}
+	if err := m.check(ctx, final, &rep); err != nil {
+		return rep, err
+	}
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	size, err := m.rec.Finish(rctx, final)
+	rcancel()
+	if err != nil {
+		return rep, fmt.Errorf("recording: %w", err)
+	}
+	rep.Recording, rep.RecordingBytes = o.Recording, size
+	m.say("%s recording written: %s (%d KiB)\n", m.at(), o.Recording, size/1024)
+	rep.Players, rep.Ticks = botRep.Bots, final
+	rep.Sent, rep.Acked, rep.Applied = botRep.Sent, botRep.Durable, botRep.Applied
+	rep.AckP50ms, rep.AckP99ms = usMs(botRep.AckP50us), usMs(botRep.AckP99us)
+	rep.AppliedP99ms = usMs(botRep.AppliedP99us)
+	rep.DownBytesSec = botRep.DownBytesPerSec
+	m.summary(rep)
+	return rep, verdict(rep)
+}
+
+func usMs(us int64) float64 { return float64(us) / 1000 }
+
+// startServer starts the log, the game server, the world and the
+// recording.
+func (m *match) startServer(ctx context.Context) error {
+	errLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	reg := prometheus.NewRegistry()
+	var err error
+	if m.log, err = embedded.Start(ctx, embedded.Options{Dir: filepath.Join(m.o.Dir, "data", "log"), Fsync: m.o.Fsync}); err != nil {
+		return err
+	}
+	v0, _, err := m.log.Coordinator().Get(ctx)
+	if err != nil {
+		return err
+	}
+	m.say("%s command log: %d sequencing replicas (leader %d), %d shards on loopback QUIC\n", m.at(), len(v0.Members), v0.Leader, len(m.log.Local().Layout().Shards))
+	if m.ca, err = transport.NewDevCA(); err != nil {
+		return err
+	}
+	stls, err := m.ca.ServerTLS("localhost")
+	if err != nil {
+		return err
+	}
+	m.secret = make([]byte, 32)
+	rand.Read(m.secret)
+	frames := world.NewFrames(m.game.Shards, m.game.NewFrame)
+	m.srv, err = netcode.NewServer(netcode.ServerConfig{
+		ListenAddr: "127.0.0.1:0", TLS: stls, Secret: m.secret, Log: m.log.Log(),
+		Limits: netcode.IntakeLimits{Rate: rate.Limit(max(2*m.o.Rate, 60)), Burst: 60}, Logger: errLog, Registry: reg,
+		State: broadside.NewStateSource(frames), SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate,
+		Tick: frames.Latest, World: m.game.Config,
+	})
+	if err != nil {
+		return err
+	}
+	frames.OnApplied(m.srv.NoteApplied)
+	m.world, err = world.Start(ctx, world.Config{
+		Game: m.game, Dir: filepath.Join(m.o.Dir, "data", "world"), Log: m.log.World(), Frames: frames, OnFrame: m.srv.Publish,
+		HistoryTicks: int(m.o.Duration.Seconds()+60) * broadside.TickRate, Logger: errLog, Registry: reg,
+		// At most one capture a second, so that a recovery has log to
+		// replay (the default policy, tuned for a 200 ms recovery target,
+		// snapshots this small world nearly every tick).
+		MinSnapshotInterval: broadside.TickRate,
+		OnRecovery: func(r replay.Recovery) {
+			select {
+			case m.recovered <- r:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	m.rec = world.StartRecording(ctx, m.o.Recording, m.game, world.DefaultID, m.log.World(), bsr.RecordConfig{Logger: errLog})
+	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
+	m.stopServe, m.served = stopServe, make(chan error, 1)
+	go func() { m.served <- m.srv.Serve(serveCtx) }()
+	m.say("%s game server on %s (QUIC, ALPN %s); world ticking at %d Hz; recording to %s\n", m.at(), m.srv.Addr(), netcode.ALPN, broadside.TickRate, m.o.Recording)
+	return nil
+}
+
+// close releases whatever is still running.
+func (m *match) close() {
+	if m.rec != nil {
+		m.rec.Stop()
+	}
+	if m.stopServe != nil {
+		m.stopServe()
+		<-m.served
+	}
+	if m.world != nil && !m.worldStopped {
+		m.world.Stop(context.Background())
+	}
+	if m.log != nil {
+		m.log.Close()
+	}
+}
+
+// play runs the bots and the faults until the match is over.
+func (m *match) play(ctx context.Context, rep *Report) (bots.Report, error) {
+	botsDone := make(chan struct{})
+	var botRep bots.Report
+	var botErr error
+	go func() {
+		defer close(botsDone)
+		botRep, botErr = bots.Run(ctx, bots.Config{
+			Server: m.srv.Addr(), TLS: m.ca.ClientTLS(), Secret: m.secret, N: m.o.Bots, Rate: m.o.Rate, Duration: m.o.Duration,
+			Behaviour: bots.Captain, Seed: m.o.Seed,
+			OnDurable: func(player uint32, seq uint64) {
+				m.ackMu.Lock()
+				m.acked[[2]uint64{uint64(player), seq}] = true
+				m.ackMu.Unlock()
+			},
+		})
+	}()
+	m.say("%s %d bots connecting, each sending %.0f commands/s\n", m.at(), m.o.Bots, m.o.Rate)
+	if !m.o.NoFaults {
+		if err := m.faults(ctx, rep); err != nil {
+			return botRep, err
+		}
+	}
+	<-botsDone
+	if botErr != nil {
+		return botRep, fmt.Errorf("bots: %w", botErr)
+	}
+	m.say("%s match over: %d commands sent, %d acknowledged durable, %d seen applied in state updates\n",
+		m.at(), botRep.Sent, botRep.Durable, botRep.Applied)
+	return botRep, nil
+}
+
+// faults kills a sim shard at a third of the match, and crashes the
+// sequencing leader at a half and restarts it at three quarters.
+func (m *match) faults(ctx context.Context, rep *Report) error {
+	sleepCtx(ctx, m.o.Duration/3+time.Duration(m.o.Seed%20)*(time.Second/40))
+	m.say("%s killing sim shard %d (sector %d) at tick %d; the other sectors keep running\n", m.at(), victim, victim, m.world.Tick())
+	m.world.Kill(victim)
+	select {
+	case r := <-m.recovered:
+		m.say("%s sector %d recovered in %.1f ms: snapshot of tick %d, %d ticks replayed from the log, %d hashes re-checked, %d mismatched\n",
+			m.at(), r.Shard, float64(r.Duration.Microseconds())/1000, r.From.Tick, r.Replayed, r.Checked, r.Mismatched)
+	case <-time.After(10 * time.Second):
+		m.say("%s sector %d did not recover within 10 s\n", m.at(), victim)
+	}
+	sleepCtx(ctx, time.Until(m.start.Add(m.o.Duration/2)))
+	co := m.log.Coordinator()
+	v, _, err := co.Get(ctx)
+	if err != nil {
+		return err
+	}
+	m.say("%s crashing sequencing leader %d (view %d); it loses its memory\n", m.at(), v.Leader, v.Number)
+	crashed := time.Now()
+	m.log.Local().StopNode(v.Leader)
+	for time.Since(crashed) < 10*time.Second {
+		nv, _, err := co.Get(ctx)
+		if err == nil && nv.Active() && nv.Number > v.Number {
+			rep.ViewChangeMs = float64(time.Since(crashed).Microseconds()) / 1000
+			m.say("%s view %d active after %.0f ms: members %v, leader %d\n", m.at(), nv.Number, rep.ViewChangeMs, nv.Members, nv.Leader)
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	sleepCtx(ctx, time.Until(m.start.Add(m.o.Duration*3/4)))
+	m.say("%s restarting replica %d\n", m.at(), v.Leader)
+	m.log.Local().StartNode(v.Leader)
+	return nil
+}
+
+// stop drains the server and stops the world with final snapshots.
+func (m *match) stop(ctx context.Context, rep *Report) (uint64, error) {
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := m.srv.Drain(dctx); err != nil {
+		return 0, err
+	}
+	final, err := m.world.Stop(dctx)
+	m.worldStopped = true
+	if err != nil {
+		return 0, err
+	}
+	m.say("%s server drained; final snapshots of every sector at tick %d\n", m.at(), final)
+	for _, r := range m.world.Recoveries() {
+		rep.Recoveries++
+		rep.RecoveryMs = append(rep.RecoveryMs, float64(r.Duration.Microseconds())/1000)
+		rep.RecoveryMismatched += int(r.Mismatched)
+	}
+	return final, nil
+}
+
+// check reads the whole log back (every acknowledged command exactly
+// once) and re-simulates it from scratch, comparing every tick's hash with
+// the live run's.
+func (m *match) check(ctx context.Context, final uint64, rep *Report) error {
+	entries, err := ReadWholeLog(ctx, m.log.Log())
+	if err != nil {
+		return err
+	}
+	seen := map[[2]uint64]int{}
+	for _, e := range entries {
+		env, err := wire.DecodeEnvelope(e.Record.Data)
+		if err != nil || env.Kind != wire.EnvelopePlayerCommand {
+			continue
+		}
+		seen[[2]uint64{uint64(env.Player), env.ClientSeq}]++
+	}
+	m.ackMu.Lock()
+	for k := range m.acked {
+		switch n := seen[k]; {
+		case n == 0:
+			rep.Lost++
+		case n > 1:
+			rep.Duplicated++
+		}
+	}
+	m.ackMu.Unlock()
+	rep.InLog = len(seen)
+	m.say("%s log read back: %d entries; every acknowledged command checked: %d lost, %d duplicated\n", m.at(), len(entries), rep.Lost, rep.Duplicated)
+
+	m.say("%s re-simulating the whole log from scratch (%d sectors x %d ticks) and comparing every tick's hash\n", m.at(), m.game.Shards, final)
+	hashes, sims, err := world.Resimulate(ctx, m.game, world.DefaultID, entries, final, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	rep.TicksChecked, rep.FirstDiverging = compareHashes(hashes, m.world.Hashes, final)
+	rep.DeterminismOK = rep.FirstDiverging == "" && rep.TicksChecked == final*uint64(m.game.Shards) && final > 0
+	for _, s := range sims {
+		st := s.(*broadside.Sector).Stats()
+		rep.Sunk += st.Sunk
+		rep.BallsFired += st.BallsFired
+	}
+	if rep.DeterminismOK {
+		m.say("%s determinism verified: %d tick hashes identical to the live run\n", m.at(), rep.TicksChecked)
+	} else {
+		m.say("%s DETERMINISM FAILED: %d ticks checked; %s\n", m.at(), rep.TicksChecked, rep.FirstDiverging)
+	}
+	return nil
+}
+
+// compareHashes compares every shard's re-simulated hashes of ticks
+// 1..final with the live run's, and returns how many matched and the first
+// divergence ("" if none).
+func compareHashes(resim []*replay.HashHistory, live func(shard uint32) *replay.HashHistory, final uint64) (uint64, string) {
+	var matched, firstTick uint64
+	var firstDiv string
+	for i, hist := range resim {
+		want := live(uint32(i))
+		for t := uint64(1); t <= final; t++ {
+			g, ok1 := hist.Get(t)
+			w, ok2 := want.Get(t)
+			var div string
+			switch {
+			case !ok1 || !ok2:
+				div = fmt.Sprintf("sector %d tick %d: hash missing (re-simulated %v, live %v)", i, t, ok1, ok2)
+			case g.Hash != w.Hash:
+				div = fmt.Sprintf("sector %d tick %d: re-simulated %016x, live %016x", i, t, g.Hash, w.Hash)
+			default:
+				matched++
+				continue
+			}
+			if firstDiv == "" || t < firstTick {
+				firstDiv, firstTick = div, t
+			}
+		}
+	}
+	return matched, firstDiv
+}
+
+func (m *match) summary(rep Report) {
+	m.say("\nsummary\n")
+	m.say("  players        %d bots (captain behaviour), %d ticks (%.1f s at %d Hz)\n", rep.Players, rep.Ticks, float64(rep.Ticks)/broadside.TickRate, broadside.TickRate)
+	m.say("  commands       %d acknowledged durable (p50 %.2f ms, p99 %.2f ms), %d seen applied (p99 %.0f ms)\n",
+		rep.Acked, rep.AckP50ms, rep.AckP99ms, rep.Applied, rep.AppliedP99ms)
+	m.say("  lost           %d (of %d acknowledged; %d duplicated)\n", rep.Lost, rep.Acked, rep.Duplicated)
+	m.say("  battle         %d cannonballs fired, %d ships sunk\n", rep.BallsFired, rep.Sunk)
+	if rep.Recoveries > 0 {
+		m.say("  recoveries     %d, took %v ms\n", rep.Recoveries, rep.RecoveryMs)
+	} else {
+		m.say("  recoveries     0\n")
+	}
+	if rep.ViewChangeMs > 0 {
+		m.say("  view change    %.0f ms after the leader crashed\n", rep.ViewChangeMs)
+	}
+	m.say("  determinism    %v (%d tick hashes re-simulated from the log)\n", rep.DeterminismOK, rep.TicksChecked)
+	m.say("  state          %.0f B/s down per client\n", rep.DownBytesSec)
+	m.say("  recording      %s (%d KiB)\n", rep.Recording, rep.RecordingBytes/1024)
+	m.say("                 broadside replay info %s\n", rep.Recording)
+	m.say("                 broadside replay verify %s\n", rep.Recording)
+	m.say("                 broadside-viewer %s\n", rep.Recording)
+}
+
+// verdict is the error of a report that failed a check.
+func verdict(rep Report) error {
+	switch {
+	case rep.Lost > 0:
+		return fmt.Errorf("%d acknowledged commands are missing from the log", rep.Lost)
+	case rep.Duplicated > 0:
+		return fmt.Errorf("%d acknowledged commands are in the log more than once", rep.Duplicated)
+	case rep.RecoveryMismatched > 0:
+		return fmt.Errorf("a recovered sector replayed %d ticks to hashes other than the live run's", rep.RecoveryMismatched)
+	case !rep.DeterminismOK:
+		return errors.New("the re-simulation diverged from the live run")
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// ReadWholeLog reads the log from position 1 to its tail.
+func ReadWholeLog(ctx context.Context, l replay.TickLog) ([]msg.Entry, error) {
+	tail, err := l.CheckTail(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check tail: %w", err)
+	}
+	entries := make([]msg.Entry, 0, tail)
+	for pos := uint64(1); pos <= tail; {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		batch, err := l.Read(rctx, pos, 4096)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("read from %d: %w", pos, err)
+		}
+		if len(batch) == 0 {
+			return nil, fmt.Errorf("read from %d: no entries below the tail %d", pos, tail)
+		}
+		entries = append(entries, batch...)
+		pos = batch[len(batch)-1].Pos + 1
+	}
+	return entries, nil
+}

@@ -52,12 +52,12 @@ func NewGame(cfg Config, interest int64) (world.Game, error) {
 	}
 	return world.Game{
 		Name: GameName, SchemaVersion: SchemaVersion, TickRate: TickRate, Seed: cfg.Seed, Config: conf,
-		Shards: cfg.Sectors(),
-		NewSim: func(shard uint32) (replay.TableSim, error) { return NewSector(cfg, int(shard)) },
+		Shards:      cfg.Sectors(),
+		NewSim:      func(shard uint32) (replay.TableSim, error) { return NewSector(cfg, int(shard)) },
 		CommandKind: RecordKind, KindNames: KindNames,
 		EntityName: EntityName, ParseEntity: ParseEntity, EntityKind: EntityKind,
 		FieldValues: FieldValues,
-		NewFrame: func(tick uint64) world.Frame { return &liveFrame{Frame: NewFrame(tick), radius: interest} },
+		NewFrame:    func(tick uint64) world.Frame { return &liveFrame{Frame: NewFrame(tick), radius: interest} },
 	}, nil
 }
 

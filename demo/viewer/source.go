@@ -112,4 +112,3 @@ type SinkingSource interface {
 	// the ship of player sank at tick sunkAt.
 	AfloatSince(player uint32, sunkAt uint64) (uint64, bool)
 }
-

@@ -194,7 +194,7 @@ func (b *linBenchWorld) stepOnce(ctx context.Context, role int) error {
 	}
 	in := b.w.Step(lg)
 	for i := range in {
-		lg.Input(lineage.CommandInfo{Pos: in[i].Pos, Player: in[i].Player, Kind: linKindOf(&in[i])})
+		lg.Input(lineage.CommandInfo{Pos: in[i].Pos, Player: in[i].Player, Kind: broadside.RecordKind(in[i])})
 	}
 	err := lg.EndTick(ctx)
 	b.step = append(b.step, time.Since(start))
@@ -247,7 +247,7 @@ func runLineageBench(ctx context.Context, o linBenchOptions) (*linBenchReport, e
 		if err != nil {
 			return nil, err
 		}
-		if err := lineage.PutKindNames(ctx, s, linKindNames); err != nil {
+		if err := lineage.PutKindNames(ctx, s, broadside.KindNames); err != nil {
 			return nil, err
 		}
 		lg := lineage.NewLog(lineage.LogOptions{Store: s, RangeTicks: repTicks, Background: background})

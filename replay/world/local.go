@@ -248,3 +248,6 @@ func Resimulate(ctx context.Context, game Game, id uint32, entries []msg.Entry, 
 	}
 	return hashes, sims, nil
 }
+
+// Game returns the game the world runs.
+func (w *LocalWorld) Game() Game { return w.cfg.Game }

@@ -16,7 +16,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/demo/bots"
 	"github.com/anoptic/broadside/demo/broadside"
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
@@ -121,9 +121,9 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 	if err != nil {
 		return rep, err
 	}
-	srv, err := netcode.NewServer(netcode.ServerConfig{
+	srv, err := server.New(server.Config{
 		ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret, Log: el.client,
-		Limits: netcode.IntakeLimits{Rate: rate.Limit(max(2*o.rate, 60)), Burst: 60}, Logger: errLog, Registry: reg,
+		Limits: server.IntakeLimits{Rate: rate.Limit(max(2*o.rate, 60)), Burst: 60}, Logger: errLog, Registry: reg,
 		State: hub, SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate, Tick: hub.latest, World: worldInfo,
 	})
 	if err != nil {
@@ -165,7 +165,7 @@ func runMatchDemo(ctx context.Context, out io.Writer, o matchOptions) (rep match
 		stopServe()
 		<-served
 	}()
-	say("%s game server on %s (QUIC, ALPN %s); world ticking at %d Hz; recording to %s\n", at(), srv.Addr(), netcode.ALPN, broadside.TickRate, o.recording)
+	say("%s game server on %s (QUIC, ALPN %s); world ticking at %d Hz; recording to %s\n", at(), srv.Addr(), wire.ALPN, broadside.TickRate, o.recording)
 
 	// The bots, and the acknowledged commands they saw.
 	var ackMu sync.Mutex

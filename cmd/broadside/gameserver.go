@@ -14,7 +14,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,7 +41,7 @@ type gameWorldConfig struct {
 	Dir string
 	// Log is the command log; Server receives the state fan-out.
 	Log    worldLog
-	Server *netcode.Server
+	Server *server.Server
 	// Hub assembles the frames of the state fan-out (the Server's
 	// StateSource); nil: a new one.
 	Hub *frameHub
@@ -336,7 +336,7 @@ func (w *gameWorld) Recoveries() []replay.Recovery {
 // a tick past the log's tail as Stop found it (so a restart replays
 // nothing of what was acknowledged), then the ticker and the runners stop
 // and the stores close. Call it after the server stopped intake
-// (netcode.Server.Drain): then every acknowledged command is in the log
+// (server.Server.Drain): then every acknowledged command is in the log
 // below that tail, and in the snapshots.
 func (w *gameWorld) Stop(ctx context.Context) (finalTick uint64, err error) {
 	defer w.closeStores()
@@ -405,7 +405,7 @@ func (w *gameWorld) closeStores() {
 
 // frameHub assembles each tick's Frame from the sectors' runners (each
 // adds its sector after stepping) and keeps the recent ones for the state
-// fan-out (netcode.StateSource).
+// fan-out (server.StateSource).
 type frameHub struct {
 	shards int
 	radius int64
@@ -423,7 +423,7 @@ type frameHub struct {
 }
 
 // hubFrames is how many recent ticks' frames the hub keeps: the bases of
-// players' deltas (netcode.ServerConfig.MaxDeltaTicks) and the spectators'
+// players' deltas (server.Config.MaxDeltaTicks) and the spectators'
 // delay must fall within it.
 const hubFrames = 128
 
@@ -522,7 +522,7 @@ func (h *frameHub) frame(tick uint64) *broadside.Frame {
 	return f
 }
 
-// EncodeState implements netcode.StateSource.
+// EncodeState implements server.StateSource.
 func (h *frameHub) EncodeState(dst []byte, viewer uint32, tick, base uint64) ([]byte, bool) {
 	cur := h.frame(tick)
 	if cur == nil {

@@ -23,8 +23,9 @@ import (
 	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -178,9 +179,9 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	srv, err := netcode.NewServer(netcode.ServerConfig{
+	srv, err := server.New(server.Config{
 		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc,
-		Limits: netcode.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
+		Limits: server.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
 		State: hub, SpectatorDelay: specDelay,
 		TickRate: broadside.TickRate, Tick: hub.latest, World: worldInfo,
 	})
@@ -200,7 +201,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(serveCtx) }()
 	fmt.Fprintf(out, "broadside server listening on %s (ALPN %s): a %d m sea in %d sectors, %d Hz\n",
-		srv.Addr(), netcode.ALPN, game.Width, game.Sectors(), broadside.TickRate)
+		srv.Addr(), wire.ALPN, game.Width, game.Sectors(), broadside.TickRate)
 	fmt.Fprintf(out, "tokens: broadside token --player NAME --secret-file %s\n", o.secretFile)
 	select {
 	case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/nats-io/nats.go"
@@ -132,7 +133,7 @@ func openCoordinator(ctx context.Context, url, cluster string) (coord.Coordinato
 		nc.Close()
 		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
 	}
-	c, err := coord.NewNATS(ctx, js, coord.NATSConfig{Cluster: cluster})
+	c, err := natscoord.New(ctx, js, natscoord.Config{Cluster: cluster})
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)

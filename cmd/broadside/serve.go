@@ -18,6 +18,7 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
@@ -297,7 +298,7 @@ func checkRestartable(dataDir string, fsync bool) error {
 type embeddedLog struct {
 	lc     *cmdlog.LocalCluster
 	coord  coord.Coordinator
-	nats   *coord.EmbeddedNATS
+	nats   *natscoord.Embedded
 	closeC func()
 	client *cmdlog.Client // players' commands
 	world  *cmdlog.Client // the world: tick markers, migrations, reads
@@ -315,7 +316,7 @@ func startEmbeddedLog(ctx context.Context, dir string, fsync bool, latency func(
 	if err != nil {
 		return nil, err
 	}
-	ns, err := coord.StartEmbeddedNATS(coord.EmbeddedOptions{StoreDir: filepath.Join(dir, "coord"), Host: "127.0.0.1"})
+	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dir, "coord"), Host: "127.0.0.1"})
 	if err != nil {
 		return nil, err
 	}

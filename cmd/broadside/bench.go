@@ -41,6 +41,8 @@ run, on this machine, under the same load, and print a table with ratios.
 Machines here are small and shared: quote medians, p99 and ratios from one
 run, never a lone absolute number. Record results in docs/benchmarks.md with
 the command that produced them.`,
+		Example: `  broadside bench sim --quick
+  broadside bench log --quick --json bench-log.json`,
 	}
 	cmd.AddCommand(newBenchLogCmd())
 	benchSubcommandsMu.Lock()
@@ -107,7 +109,9 @@ directories that are removed afterwards.
 
 --quick runs 100-byte records only with short phases and finishes in under a
 minute on 2 cores; a full run (the default) takes several minutes.`,
-		Example: `  broadside bench log --quick --json /tmp/b.json --png docs/bench-log.png
+		Example: `  broadside bench log --quick
+  # from the repository's root, the quick run of docs/benchmarks.md and its chart:
+  broadside bench log --quick --json /tmp/b.json --png docs/bench-log.png
   broadside bench log --sizes 100,4096 --duration 3s
   broadside bench log --contenders lazylog-memory,quic-floor --profile-dir /tmp/prof`,
 		Args: cobra.NoArgs,

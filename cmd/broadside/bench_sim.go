@@ -104,7 +104,7 @@ shards' tick latency percentiles. --quick divides the recording lengths by 20
 phase (10 slots instead of 30), to finish in under a minute on 2 cores; a
 full run takes a few minutes.`,
 		Example: `  broadside bench sim --quick
-  broadside bench sim --json /tmp/sim.json --png docs/bench-sim.png`,
+  broadside bench sim --json sim.json --png sim.png`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.scale, opts.replayTicks, opts.window = 1, 3000, 15*time.Second

@@ -13,10 +13,9 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/transport"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 )
 
@@ -123,21 +122,7 @@ func openCoordinator(ctx context.Context, url, cluster string) (coord.Coordinato
 	if url == "" {
 		return nil, nil, fmt.Errorf("--coord nats://HOST:PORT is required (or run a node with --embedded-nats)")
 	}
-	nc, err := nats.Connect(url, nats.Name("broadside"), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
-	if err != nil {
-		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
-	}
-	c, err := coord.NewNATS(ctx, js, coord.NATSConfig{Cluster: cluster})
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
-	}
-	return c, nc.Close, nil
+	return natscoord.Dial(ctx, url, cluster)
 }
 
 // dialCluster starts a client of a cluster described by the flags.

@@ -40,6 +40,8 @@ each with its own QUIC endpoint on 127.0.0.1, shards on Pebble — append from
 several clients, stop the sequencing leader mid-run (a crash: it loses its
 memory) and restart it, then read the whole log back and check that every
 acknowledged append is there exactly once.`,
+		Example: `  broadside demo log
+  broadside demo log --duration 3s --clients 2 --fsync`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runLogDemo(cmd.Context(), cmd.OutOrStdout(), o)
 		},

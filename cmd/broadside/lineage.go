@@ -40,13 +40,18 @@ snapshots, or by 'broadside lineage demo'), or ask a running server
 (--server http://ADMIN-ADDR, the --admin-addr of 'broadside serve'). Entities are named ship:PLAYER,
 ball:PLAYER.N (the N-th ball of that player's ship), or by their numeric id. Answers are over-approximations of the
 data that flowed into a state: an entity's state is taken to depend on its
-whole history; see docs/benchmarks-lineage.md for how this compares with
+whole history; docs/benchmarks.md ('broadside bench lineage', "What Why is
+sound against: the counterfactual oracle") compares the answers with
 re-simulating the match without a command.`,
 		Example: `  broadside lineage demo --store /tmp/bs-lineage
-  broadside lineage why --store /tmp/bs-lineage --entity ship:17 --tick 1432
-  broadside lineage affected --store /tmp/bs-lineage --pos 2990 --ticks 300
-  broadside lineage frame --store /tmp/bs-lineage --tick 1400 --json
-  broadside lineage why --server http://127.0.0.1:9090 --entity ship:17 --tick 900`,
+  broadside lineage info --store /tmp/bs-lineage
+  broadside lineage why --store /tmp/bs-lineage --entity ship:27 --tick 1120 --depth 2
+  broadside lineage affected --store /tmp/bs-lineage --pos 3796 --ticks 150
+  broadside lineage frame --store /tmp/bs-lineage --tick 1080 --json
+
+  # a running server (broadside serve --dev, with bots playing):
+  broadside lineage info --server http://127.0.0.1:9090
+  broadside lineage frame --server http://127.0.0.1:9090 --tick 300`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&storeDir, "store", "", "lineage store `DIR` (Pebble)")
@@ -101,6 +106,9 @@ re-simulating the match without a command.`,
 and for every entity it was derived from (a cannonball from the ship that fired
 it, a ship's damage from the ball that hit it), that entity's commands and
 derivations before then, across sectors, up to --depth derivations.`,
+		Example: `  broadside lineage demo --store /tmp/bs-lineage
+  broadside lineage why --store /tmp/bs-lineage --entity ship:27 --tick 1120
+  broadside lineage why --store /tmp/bs-lineage --entity ship:27 --tick 1120 --depth 0 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			e, err := linParseEntity(entity)
@@ -141,7 +149,24 @@ derivations before then, across sectors, up to --depth derivations.`,
 	affected := &cobra.Command{
 		Use:   "affected",
 		Short: "Every entity a command influenced, transitively, and from which tick",
-		Args:  cobra.NoArgs,
+		Long: `Affected walks forward from the record at log position --pos (a player's
+command, or an engine record such as a migration): the entities it was applied
+to, from the tick it was input to, then every entity derived from an influenced
+entity after it was influenced (a ball fired by an influenced ship, a ship hit
+by an influenced ball), and so on, through --until or --ticks after the
+command's tick. Each entity is listed with the tick from which it is
+influenced, the entity it was derived from, its depth and its last event.
+
+It is the converse of 'lineage why' without a depth limit: pos is among the
+causes Why gives for an entity at a tick exactly when Affected lists that
+entity from that tick or earlier. Like Why, it over-approximates: an entity
+counts as influenced from then on, whether or not the command changed what it
+did. Log positions come from 'lineage why', 'lineage frame' or
+'broadside log read'.`,
+		Example: `  broadside lineage demo --store /tmp/bs-lineage
+  broadside lineage affected --store /tmp/bs-lineage --pos 3796 --ticks 150
+  broadside lineage affected --store /tmp/bs-lineage --pos 3796 --until 1200 --limit 0 --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withIndex(cmd, func(ix *lineage.Index) error {
 				through := until
@@ -176,7 +201,17 @@ derivations before then, across sectors, up to --depth derivations.`,
 	frame := &cobra.Command{
 		Use:   "frame",
 		Short: "Every record that was input to a tick, per shard (sector)",
-		Args:  cobra.NoArgs,
+		Long: `Frame lists every record of the command log that was input to --tick, per
+shard (sector), in log order: its position, who sent it (a player, or the
+engine for migrations of entities between sectors), its kind (join, throttle,
+rudder, fire, migration; invalid for a payload the game rejected), and the
+entities it was applied to there. Sectors with no lineage recorded for the
+tick are left out; a tick outside the stored lineage ('lineage info' gives
+the range) has none.`,
+		Example: `  broadside lineage demo --store /tmp/bs-lineage
+  broadside lineage frame --store /tmp/bs-lineage --tick 1080
+  broadside lineage frame --store /tmp/bs-lineage --tick 1080 --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withIndex(cmd, func(ix *lineage.Index) error {
 				r, err := ix.Frame(tick)
@@ -197,7 +232,16 @@ derivations before then, across sectors, up to --depth derivations.`,
 	info := &cobra.Command{
 		Use:   "info",
 		Short: "What a lineage store holds",
-		Args:  cobra.NoArgs,
+		Long: `Info summarizes the lineage a store (or a running server) holds: the range
+of ticks, the shards (sectors), the ranges stored and their encoded size
+(bytes per tick), the entities, events and derivations between entities, and
+the input records (log positions) the lineage refers to. Queries of ticks
+outside the range find nothing; a server started with --retain trims the
+oldest lineage as it goes.`,
+		Example: `  broadside lineage demo --store /tmp/bs-lineage
+  broadside lineage info --store /tmp/bs-lineage
+  broadside lineage info --store /tmp/bs-lineage --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withIndex(cmd, func(ix *lineage.Index) error {
 				st := ix.Stats()

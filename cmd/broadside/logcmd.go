@@ -19,7 +19,13 @@ func newLogCmd() *cobra.Command {
 		Long: `Talk to a command log cluster started with 'broadside logd'.
 
 Every subcommand needs the cluster's --peers, --coord and TLS flags (the same
-values the nodes got).`,
+values the nodes got). The examples talk to the cluster that the example of
+'broadside logd --help' starts, whose peers are $P:`,
+		Example: `  P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102
+  broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls hello world
+  broadside log tail --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls
+  broadside log read --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --from 1 --n 2
+  broadside log trim --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --to 1`,
 	}
 	cf.register(cmd.PersistentFlags())
 	timeout := cmd.PersistentFlags().Duration("timeout", 30*time.Second, "give up after this long")
@@ -39,7 +45,14 @@ values the nodes got).`,
 	appendCmd := &cobra.Command{
 		Use:   "append [DATA...]",
 		Short: "Append records; each argument is one record, or --count generated ones",
-		Example: `  broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls hello world
+		Long: `Append records to the log; each argument is one record, or --count generated
+records of --size bytes are appended by --concurrency appenders (a quick load
+test). An append returns once the record is durable on every sequencing
+replica of the current view; its position is assigned later, when the leader
+orders it (see 'log read').`,
+		Example: `  # with the cluster of 'broadside logd --help' running:
+  P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102
+  broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls hello world
   broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --count 100000 --concurrency 64`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
@@ -94,6 +107,12 @@ values the nodes got).`,
 	readCmd := &cobra.Command{
 		Use:   "read",
 		Short: "Read stable records from a position",
+		Long: `Read --n records from position --from on, once they are stable (ordered
+into the shards), printing each one's position, record id and data; it waits
+for records not yet stable, up to --timeout.`,
+		Example: `  # with the cluster of 'broadside logd --help' running:
+  P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102
+  broadside log read --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --from 1 --n 2`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
 				sub := c.Subscribe(from)
@@ -114,6 +133,9 @@ values the nodes got).`,
 	tailCmd := &cobra.Command{
 		Use:   "tail",
 		Short: "Print the log's tail (every completed append is at or below it)",
+		Example: `  # with the cluster of 'broadside logd --help' running:
+  P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102
+  broadside log tail --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
 				t, err := c.CheckTail(ctx)
@@ -129,6 +151,9 @@ values the nodes got).`,
 	trimCmd := &cobra.Command{
 		Use:   "trim",
 		Short: "Discard every position up to and including --to (at most up to stable-gp)",
+		Example: `  # with the cluster of 'broadside logd --help' running:
+  P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102
+  broadside log trim --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --to 1`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
 				t, err := c.Trim(ctx, upTo)

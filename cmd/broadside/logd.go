@@ -11,7 +11,7 @@ import (
 	"syscall"
 
 	"github.com/anoptic/broadside/cmdlog"
-	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/node"
@@ -96,7 +96,7 @@ data under --data/nats) that the other nodes use as --coord.`,
 					return fmt.Errorf("--embedded-nats: %w", err)
 				}
 				port, _ := strconv.Atoi(p)
-				ns, err := coord.StartEmbeddedNATS(coord.EmbeddedOptions{StoreDir: filepath.Join(dataDir, "nats"), Host: h, Port: port})
+				ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dataDir, "nats"), Host: h, Port: port})
 				if err != nil {
 					return err
 				}

@@ -24,6 +24,9 @@ func newRoot() *cobra.Command {
 (LazyLog) and runs simulation shards as deterministic functions of that log.
 
 Start with 'broadside demo'.`,
+		Example: `  broadside demo
+  broadside demo --duration 6s --recording match.bsr
+  broadside replay info match.bsr`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

@@ -87,7 +87,10 @@ func newReplayCmd() *cobra.Command {
 		Short: "Record matches to .bsr files, and inspect, verify and seek them",
 		Long: `A recording (.bsr) holds a match's command log, every tick's state hash per
 sector, incremental snapshots and lineage, checksummed chunk by chunk, with a
-seek index at the end. 'serve' and 'demo' write one while a match runs.
+seek index at the end. 'broadside demo' writes one of its match; 'replay export'
+records one from a running 'serve' (--server, --log), from the stored log of a
+stopped one (--log-dir), from another recording, or from a bot match it
+generates ('serve' itself writes none).
 
   export   record a match: from a running server's log, a stored log, another
            recording, or a generated bot match
@@ -98,7 +101,10 @@ seek index at the end. 'serve' and 'demo' write one while a match runs.
 		Example: `  broadside replay export --bots 200 --minutes 5 -o match.bsr
   broadside replay info match.bsr
   broadside replay verify match.bsr
-  broadside replay seek match.bsr --tick 4500`,
+  broadside replay seek match.bsr --tick 4500
+
+  broadside demo --duration 6s --recording demo.bsr
+  broadside replay verify demo.bsr`,
 	}
 	cmd.AddCommand(newReplayExportCmd(), newReplayInfoCmd(), newReplayVerifyCmd(), newReplaySeekCmd())
 	return cmd
@@ -151,6 +157,13 @@ replay commands need no game flags. Snapshots are placed so that a seek to
 any tick takes under --seek-target, unless --full-every fixes the schedule.
 The file is written as the match is read: if export is interrupted, the file
 holds every tick up to where it stopped.`,
+		Example: `  broadside replay export --bots 20 --minutes 1 -o bots.bsr
+  broadside replay export --from bots.bsr --full-every 300 --delta-every 30 -o bots-dense.bsr
+
+  # a running server (broadside serve --dev, with bots playing):
+  broadside replay export --server 127.0.0.1:9090 -o live.bsr
+  # the same match after the server stopped (its --data directory):
+  broadside replay export --log-dir broadside-dev/data -o stopped.bsr`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -348,7 +361,14 @@ func newReplayInfoCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "info FILE",
 		Short: "What a recording holds",
-		Args:  cobra.ExactArgs(1),
+		Long: `Info reads a recording's header, seek index and chunk directory and prints
+the world it is of (id, seed, size, sectors, islands), when it was recorded,
+the ticks and log positions it covers, its size per minute of play, its
+snapshots and schedule, its lineage, and the size of each kind of chunk.`,
+		Example: `  broadside replay export --bots 20 --minutes 1 -o bots.bsr
+  broadside replay info bots.bsr
+  broadside replay info bots.bsr --json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, _, game, err := openRecording(args[0])
 			if err != nil {
@@ -433,6 +453,9 @@ recorded one; every chunk's checksum is checked too. On a divergence the
 diverged sector is re-simulated up to its next recorded snapshot and compared
 with it record by record, to name the first entity and field that differ. The
 exit status is 1 when the recording does not re-simulate.`,
+		Example: `  broadside demo --duration 6s --recording demo.bsr
+  broadside replay verify demo.bsr
+  broadside replay verify demo.bsr --json --no-progress`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -520,7 +543,15 @@ func newReplaySeekCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "seek FILE --tick T",
 		Short: "The state of the world at a tick, and how long the seek took",
-		Args:  cobra.ExactArgs(1),
+		Long: `Seek restores every sector at --tick from the recording's nearest snapshots
+and replays the log from them up to the tick (the code the viewer seeks
+with), checks each sector's state hash against the recorded one, and prints
+how long that took, what each sector holds, and the --ships most damaged
+ships.`,
+		Example: `  broadside replay export --bots 20 --minutes 1 -o bots.bsr
+  broadside replay seek bots.bsr --tick 900
+  broadside replay seek bots.bsr --tick 1800 --ships 10 --json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, game, _, err := openRecording(args[0])
 			if err != nil {

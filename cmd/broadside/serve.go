@@ -20,8 +20,9 @@ import (
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay/world"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -87,8 +88,8 @@ it; in production give --cert and --key.`,
 	f.StringVar(&o.certFile, "cert", "", "production: certificate file")
 	f.StringVar(&o.keyFile, "key", "", "production: private key file")
 	f.StringVar(&o.secretFile, "secret-file", "broadside-dev/server.secret", "player token secret (created if missing)")
-	f.StringVar(&o.dataDir, "data", "broadside-dev/data", "data directory of the embedded command log")
-	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "serve /metrics and /debug/pprof here (empty: off)")
+	f.StringVar(&o.dataDir, "data", "broadside-dev/data", "data directory: the embedded command log (log/: shards, write-ahead logs, coordinator) and the world's snapshot and lineage stores (world/)")
+	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /metrics, /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server')")
 	f.Float64Var(&o.rate, "rate", 60, "commands per second a player may send (token bucket)")
 	f.IntVar(&o.burst, "burst", 30, "token bucket size")
 	f.BoolVar(&o.fsync, "fsync", false, "embedded log: sequencing replicas sync a write-ahead log before acknowledging")
@@ -167,9 +168,9 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	defer closeLog()
 
 	frames := world.NewFrames(game.Shards, game.NewFrame)
-	srv, err := netcode.NewServer(netcode.ServerConfig{
+	srv, err := server.New(server.Config{
 		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc,
-		Limits: netcode.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
+		Limits: server.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
 		State: broadside.NewStateSource(frames), SpectatorDelay: specDelay,
 		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config,
 	})
@@ -192,7 +193,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(serveCtx) }()
 	fmt.Fprintf(out, "broadside server listening on %s (ALPN %s): a %d m sea in %d sectors, %d Hz\n",
-		srv.Addr(), netcode.ALPN, o.worldSize, game.Shards, broadside.TickRate)
+		srv.Addr(), wire.ALPN, o.worldSize, game.Shards, broadside.TickRate)
 	fmt.Fprintf(out, "tokens: broadside token --player NAME --secret-file %s\n", o.secretFile)
 	select {
 	case <-ctx.Done():

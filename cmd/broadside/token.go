@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/spf13/cobra"
 )
 
@@ -32,9 +32,9 @@ if the file does not exist it is created with 32 random bytes.`,
 				return err
 			}
 			if id == 0 {
-				id = netcode.PlayerIDFor(player)
+				id = server.PlayerIDFor(player)
 			}
-			tok, err := netcode.IssueToken(secret, netcode.Claims{Player: player, PlayerID: id, Expires: time.Now().Add(ttl)})
+			tok, err := server.IssueToken(secret, server.Claims{Player: player, PlayerID: id, Expires: time.Now().Add(ttl)})
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package coord
+package coord_test
 
 import (
 	"bytes"
@@ -15,14 +15,16 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/coord/coordtest"
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
 
 var writeCorpus = flag.Bool("write-corpus", false, "rewrite testdata/fuzz/FuzzDecodeViewRecord from the seeds")
 
-// withCRC appends the checksum DecodeViewRecord expects to body.
+// withCRC appends the checksum coord.DecodeViewRecord expects to body.
 func withCRC(body []byte) []byte {
-	return binary.LittleEndian.AppendUint32(append([]byte(nil), body...), crc32.Checksum(body, castagnoli))
+	return binary.LittleEndian.AppendUint32(append([]byte(nil), body...), crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
 }
 
 type recordSeed struct {
@@ -31,14 +33,14 @@ type recordSeed struct {
 }
 
 func recordSeeds() []recordSeed {
-	valid := EncodeViewRecord(sampleRecord(2))
+	valid := coord.EncodeViewRecord(coordtest.SampleRecord(2))
 	flipped := append([]byte(nil), valid...)
 	flipped[3] ^= 4
 	return []recordSeed{
 		{"valid-change", valid},
-		{"valid-active", EncodeViewRecord(sampleRecord(3))},
-		{"valid-empty", EncodeViewRecord(msg.ViewRecord{})},
-		{"valid-max", EncodeViewRecord(msg.ViewRecord{
+		{"valid-active", coord.EncodeViewRecord(coordtest.SampleRecord(3))},
+		{"valid-empty", coord.EncodeViewRecord(msg.ViewRecord{})},
+		{"valid-max", coord.EncodeViewRecord(msg.ViewRecord{
 			Number: math.MaxUint64, Members: []msg.NodeID{math.MaxUint32}, Leader: math.MaxUint32, StartGP: math.MaxUint64,
 			Dedup:  []msg.ClientMark{{Client: math.MaxUint64, Mark: math.MaxUint64, Above: []uint64{0, math.MaxUint64, 1}}},
 			Change: &msg.ViewChange{Epoch: math.MaxUint64, Flusher: msg.Coordinator},
@@ -57,13 +59,13 @@ func recordSeeds() []recordSeed {
 
 func TestViewRecordSeeds(t *testing.T) {
 	for _, s := range recordSeeds() {
-		_, err := DecodeViewRecord(s.b)
+		_, err := coord.DecodeViewRecord(s.b)
 		wantOK := len(s.name) > 5 && s.name[:5] == "valid"
 		if wantOK != (err == nil) {
 			t.Errorf("%s: decode error %v", s.name, err)
 		}
-		if err != nil && !errors.Is(err, ErrBadRecord) {
-			t.Errorf("%s: error %v does not wrap ErrBadRecord", s.name, err)
+		if err != nil && !errors.Is(err, coord.ErrBadRecord) {
+			t.Errorf("%s: error %v does not wrap coord.ErrBadRecord", s.name, err)
 		}
 	}
 }
@@ -95,8 +97,8 @@ func TestViewRecordRoundTrip(t *testing.T) {
 	})
 	rapid.Check(t, func(t *rapid.T) {
 		rec := genRecord.Draw(t, "rec")
-		b := EncodeViewRecord(rec)
-		got, err := DecodeViewRecord(b)
+		b := coord.EncodeViewRecord(rec)
+		got, err := coord.DecodeViewRecord(b)
 		if err != nil {
 			t.Fatalf("decode: %v", err)
 		}
@@ -146,7 +148,7 @@ func equalRecords(a, b msg.ViewRecord) bool {
 
 // FuzzDecodeViewRecord decodes arbitrary bytes, as they are and with a valid
 // checksum appended (so the parser behind the checksum is explored). It must
-// never panic, must fail only with ErrBadRecord, and a decoded record must
+// never panic, must fail only with coord.ErrBadRecord, and a decoded record must
 // re-encode to the same bytes.
 func FuzzDecodeViewRecord(f *testing.F) {
 	for _, s := range recordSeeds() {
@@ -154,14 +156,14 @@ func FuzzDecodeViewRecord(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, in := range [][]byte{b, withCRC(b)} {
-			rec, err := DecodeViewRecord(in)
+			rec, err := coord.DecodeViewRecord(in)
 			if err != nil {
-				if !errors.Is(err, ErrBadRecord) {
-					t.Fatalf("error %v does not wrap ErrBadRecord", err)
+				if !errors.Is(err, coord.ErrBadRecord) {
+					t.Fatalf("error %v does not wrap coord.ErrBadRecord", err)
 				}
 				continue
 			}
-			if re := EncodeViewRecord(rec); !bytes.Equal(re, in) {
+			if re := coord.EncodeViewRecord(rec); !bytes.Equal(re, in) {
 				t.Fatalf("re-encoding %x gives %x", in, re)
 			}
 		}

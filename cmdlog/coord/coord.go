@@ -1,6 +1,7 @@
 // Package coord holds the view coordinator: a compare-and-set register for
 // the sequencing layer's ViewRecord. Memory is for one process and tests;
-// NATS JetStream KV (see NATS) serves several processes or machines.
+// NATS JetStream KV (package natscoord, which alone links nats-server)
+// serves several processes or machines.
 package coord
 
 import (

@@ -18,12 +18,11 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/netcode/transport"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Options configure an embedded cluster.
@@ -46,7 +45,7 @@ type Options struct {
 type Cluster struct {
 	lc      *cmdlog.LocalCluster
 	coord   coord.Coordinator
-	nats    *coord.EmbeddedNATS
+	nats    *natscoord.Embedded
 	closeNC func()
 	log     *cmdlog.Client // players' commands
 	world   *cmdlog.Client // the world: tick markers, migrations, reads
@@ -68,11 +67,11 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := coord.StartEmbeddedNATS(coord.EmbeddedOptions{StoreDir: filepath.Join(o.Dir, "coord"), Host: "127.0.0.1"})
+	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(o.Dir, "coord"), Host: "127.0.0.1"})
 	if err != nil {
 		return nil, err
 	}
-	co, closeNC, err := OpenCoordinator(ctx, ns.ClientURL(), "embedded")
+	co, closeNC, err := natscoord.Dial(ctx, ns.ClientURL(), "embedded")
 	if err != nil {
 		ns.Shutdown()
 		return nil, err
@@ -121,29 +120,6 @@ func (c *Cluster) Close() {
 	c.disk.Close()
 	c.closeNC()
 	c.nats.Shutdown()
-}
-
-// OpenCoordinator connects to the NATS JetStream KV coordinator at url for
-// the views of cluster; the returned func closes the connection.
-func OpenCoordinator(ctx context.Context, url, cluster string) (coord.Coordinator, func(), error) {
-	if url == "" {
-		return nil, nil, fmt.Errorf("a coordinator URL (nats://HOST:PORT) is required")
-	}
-	nc, err := nats.Connect(url, nats.Name("broadside"), nats.MaxReconnects(-1), nats.ReconnectWait(200*time.Millisecond))
-	if err != nil {
-		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
-	}
-	c, err := coord.NewNATS(ctx, js, coord.NATSConfig{Cluster: cluster})
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("coordinator %s: %w", url, err)
-	}
-	return c, nc.Close, nil
 }
 
 // CheckRestartable refuses to restart an embedded log that ran in memory

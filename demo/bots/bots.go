@@ -18,7 +18,8 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/anoptic/broadside/demo/broadside"
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/client"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 )
@@ -116,7 +117,7 @@ type sentCmd struct {
 }
 
 type bot struct {
-	c      *netcode.Client
+	c      *client.Client
 	player uint32
 	mu     sync.Mutex
 	acks   map[uint64]time.Time // commands waiting for their durable ack
@@ -174,13 +175,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			defer cwg.Done()
 			defer func() { <-sem }()
 			name := fmt.Sprintf("%s%d", cfg.Prefix, i+1)
-			tok, err := netcode.IssueToken(cfg.Secret, netcode.Claims{Player: name, PlayerID: netcode.PlayerIDFor(name), Expires: time.Now().Add(cfg.Duration + time.Hour)})
+			tok, err := server.IssueToken(cfg.Secret, server.Claims{Player: name, PlayerID: server.PlayerIDFor(name), Expires: time.Now().Add(cfg.Duration + time.Hour)})
 			if err != nil {
 				st.err("token")
 				return
 			}
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			c, err := netcode.Dial(dctx, netcode.ClientConfig{Addr: cfg.Server, TLS: cfg.TLS, Token: tok})
+			c, err := client.Dial(dctx, client.Config{Addr: cfg.Server, TLS: cfg.TLS, Token: tok})
 			cancel()
 			if err != nil {
 				st.err("connect")

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 )
@@ -33,7 +33,7 @@ func TestBotsAgainstServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	secret := []byte("bots-test-secret-0123456789")
-	srv, err := netcode.NewServer(netcode.ServerConfig{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret,
+	srv, err := server.New(server.Config{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret,
 		Log: countingLog{n: make(chan struct{}, 1)}})
 	if err != nil {
 		t.Fatal(err)

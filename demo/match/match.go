@@ -23,7 +23,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/demo/bots"
 	"github.com/anoptic/broadside/demo/broadside"
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
@@ -93,7 +93,7 @@ type match struct {
 	log    *embedded.Cluster
 	ca     *transport.DevCA
 	secret []byte
-	srv    *netcode.Server
+	srv    *server.Server
 	world  *world.World
 	// worldStopped is set once world stopped (its hashes stay readable).
 	worldStopped bool
@@ -193,9 +193,9 @@ func (m *match) startServer(ctx context.Context) error {
 	m.secret = make([]byte, 32)
 	rand.Read(m.secret)
 	frames := world.NewFrames(m.game.Shards, m.game.NewFrame)
-	m.srv, err = netcode.NewServer(netcode.ServerConfig{
+	m.srv, err = server.New(server.Config{
 		ListenAddr: "127.0.0.1:0", TLS: stls, Secret: m.secret, Log: m.log.Log(),
-		Limits: netcode.IntakeLimits{Rate: rate.Limit(max(2*m.o.Rate, 60)), Burst: 60}, Logger: errLog, Registry: reg,
+		Limits: server.IntakeLimits{Rate: rate.Limit(max(2*m.o.Rate, 60)), Burst: 60}, Logger: errLog, Registry: reg,
 		State: broadside.NewStateSource(frames), SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate,
 		Tick: frames.Latest, World: m.game.Config,
 	})
@@ -224,7 +224,7 @@ func (m *match) startServer(ctx context.Context) error {
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopServe, m.served = stopServe, make(chan error, 1)
 	go func() { m.served <- m.srv.Serve(serveCtx) }()
-	m.say("%s game server on %s (QUIC, ALPN %s); world ticking at %d Hz; recording to %s\n", m.at(), m.srv.Addr(), netcode.ALPN, broadside.TickRate, m.o.Recording)
+	m.say("%s game server on %s (QUIC, ALPN %s); world ticking at %d Hz; recording to %s\n", m.at(), m.srv.Addr(), wire.ALPN, broadside.TickRate, m.o.Recording)
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/client"
 )
 
 // LiveOptions configures DialLive.
@@ -44,7 +44,7 @@ type LiveOptions struct {
 // broadside.ApplyDelta), keeps the last History ticks to seek back in,
 // and reports its last tick growing. It carries no lineage.
 type Live struct {
-	client *netcode.Client
+	client *client.Client
 	world  World
 	keep   int
 
@@ -86,7 +86,7 @@ func DialLive(ctx context.Context, o LiveOptions) (*Live, error) {
 	if o.History <= 0 {
 		o.History = 60 * broadside.TickRate
 	}
-	c, err := netcode.Dial(ctx, netcode.ClientConfig{Addr: o.Addr, TLS: o.TLS, Token: o.Token, Spectator: true})
+	c, err := client.Dial(ctx, client.Config{Addr: o.Addr, TLS: o.TLS, Token: o.Token, Spectator: true})
 	if err != nil {
 		return nil, fmt.Errorf("viewer: live %s: %w", o.Addr, err)
 	}

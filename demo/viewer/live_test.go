@@ -12,7 +12,7 @@ import (
 
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
-	"github.com/anoptic/broadside/netcode"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 )
 
@@ -58,7 +58,7 @@ func TestLiveSpectator(t *testing.T) {
 	}
 	secret := []byte("viewer-live-test-secret-0123456789")
 	store := &frameStore{frames: map[uint64]*broadside.Frame{}}
-	srv, err := netcode.NewServer(netcode.ServerConfig{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret, Log: discardLog{},
+	srv, err := server.New(server.Config{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret, Log: discardLog{},
 		State: store, TickRate: broadside.TickRate, Tick: func() uint64 { return 0 }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestLiveSpectator(t *testing.T) {
 		cancel()
 		<-served
 	}()
-	token, err := netcode.IssueToken(secret, netcode.Claims{Player: "viewer", PlayerID: 900, Expires: time.Now().Add(time.Hour)})
+	token, err := server.IssueToken(secret, server.Claims{Player: "viewer", PlayerID: 900, Expires: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}

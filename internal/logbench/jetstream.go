@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -24,13 +24,13 @@ const (
 // message and a quorum of replicas (2 of 3) acknowledged it. The client
 // connects to the stream leader's server, the best case (no extra hop).
 type jetStream struct {
-	cluster *coord.NATSCluster
+	cluster *natscoord.Cluster
 	nc      *nats.Conn
 	js      jetstream.JetStream
 }
 
 func startJetStream(ctx context.Context, env Env) (_ System, err error) {
-	cl, err := coord.StartCluster(3, env.Dir, coord.ClusterOptions{Name: "logbench", Sync: coord.SyncPeriodic})
+	cl, err := natscoord.StartCluster(3, env.Dir, natscoord.ClusterOptions{Name: "logbench", Sync: natscoord.SyncPeriodic})
 	if err != nil {
 		return nil, err
 	}

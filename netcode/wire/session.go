@@ -8,6 +8,13 @@ import (
 	flatbuffers "github.com/google/flatbuffers/go"
 )
 
+// ALPN is the application protocol of player connections (the session
+// protocol of session.fbs and command.fbs over QUIC).
+const ALPN = "broadside/1"
+
+// ProtocolVersion is the session protocol version a Hello must name.
+const ProtocolVersion = 1
+
 // SessionIdentifier is the file identifier of session.fbs (root
 // SessionFrame). A player's stream carries SessionFrames and GameCommands;
 // Identifier tells them apart.

@@ -1,4 +1,9 @@
-package coord
+// Package natscoord holds the NATS adapters of the view coordinator: KV, a
+// coord.Coordinator on a JetStream KV bucket for several processes or
+// machines, and an embedded nats-server with JetStream (Embedded, Cluster)
+// for one-binary deployments, tests and benchmarks. It is the only package
+// under cmdlog that links nats-server; coord itself does not.
+package natscoord
 
 import (
 	"context"
@@ -9,14 +14,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/anoptic/broadside/cmdlog/coord"
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
 
-// DefaultBucket is the KV bucket NATS uses when NATSConfig.Bucket is empty.
+// DefaultBucket is the KV bucket New uses when Config.Bucket is empty.
 const DefaultBucket = "broadside-views"
 
-// NATSConfig configures a NATS coordinator.
-type NATSConfig struct {
+// Config configures a NATS coordinator.
+type Config struct {
 	// Bucket is the JetStream KV bucket; default DefaultBucket. One bucket
 	// can serve many clusters, one key each.
 	Bucket string
@@ -24,10 +30,10 @@ type NATSConfig struct {
 	// a valid KV key (letters, digits, '-', '_', '=', '/', and '.' between
 	// tokens). Required.
 	Cluster string
-	// Replicas is the bucket's replication factor when NewNATS creates it:
+	// Replicas is the bucket's replication factor when New creates it:
 	// 1 (default) for one server, 3 for a cluster.
 	Replicas int
-	// History is how many revisions per key the bucket keeps when NewNATS
+	// History is how many revisions per key the bucket keeps when New
 	// creates it, 1..5; default 5 (old views help diagnose view changes).
 	History uint8
 	// Logger receives Watch's reports of undecodable records; nil means
@@ -35,7 +41,7 @@ type NATSConfig struct {
 	Logger *slog.Logger
 }
 
-// NATS is a Coordinator on a NATS JetStream KV bucket (file storage). The
+// KV is a coord.Coordinator on a NATS JetStream KV bucket (file storage). The
 // record's revision is the KV revision, i.e. the bucket stream's sequence
 // number: it starts at 1 for the first record of an empty bucket and
 // increases with every write, but when the bucket holds several clusters a
@@ -43,25 +49,25 @@ type NATSConfig struct {
 //
 // CompareAndSet is an atomic compare-and-set on the server (KV Create, or
 // Update with the expected revision). If it fails with an error other than
-// ErrConflict (a timeout, a lost connection), the write may or may not have
+// coord.ErrConflict (a timeout, a lost connection), the write may or may not have
 // happened: Get the record to find out.
-type NATS struct {
+type KV struct {
 	kv  jetstream.KeyValue
 	key string
 	log *slog.Logger
 }
 
 var (
-	_ Coordinator = (*NATS)(nil)
-	_ Watcher     = (*NATS)(nil)
+	_ coord.Coordinator = (*KV)(nil)
+	_ coord.Watcher     = (*KV)(nil)
 )
 
 // validKey mirrors the KV key rule of nats.go.
 var validKey = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
 
-// NewNATS returns a coordinator on cfg.Bucket in js, creating the bucket if
+// New returns a coordinator on cfg.Bucket in js, creating the bucket if
 // it does not exist (an existing bucket is used as configured).
-func NewNATS(ctx context.Context, js jetstream.JetStream, cfg NATSConfig) (*NATS, error) {
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*KV, error) {
 	if cfg.Bucket == "" {
 		cfg.Bucket = DefaultBucket
 	}
@@ -73,13 +79,13 @@ func NewNATS(ctx context.Context, js jetstream.JetStream, cfg NATSConfig) (*NATS
 	}
 	k := cfg.Cluster
 	if !validKey.MatchString(k) || k[0] == '.' || k[len(k)-1] == '.' {
-		return nil, fmt.Errorf("coord: nats: cluster name %q is not a valid KV key", k)
+		return nil, fmt.Errorf("natscoord: cluster name %q is not a valid KV key", k)
 	}
 	if cfg.History > 5 {
-		return nil, fmt.Errorf("coord: nats: history %d, want 1..5", cfg.History)
+		return nil, fmt.Errorf("natscoord: history %d, want 1..5", cfg.History)
 	}
 	if cfg.Replicas < 1 || cfg.Replicas > 5 {
-		return nil, fmt.Errorf("coord: nats: %d replicas, want 1..5", cfg.Replicas)
+		return nil, fmt.Errorf("natscoord: %d replicas, want 1..5", cfg.Replicas)
 	}
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -95,37 +101,37 @@ func NewNATS(ctx context.Context, js jetstream.JetStream, cfg NATSConfig) (*NATS
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("coord: nats: bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("natscoord: bucket %s: %w", cfg.Bucket, err)
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &NATS{kv: kv, key: cfg.Cluster, log: log.With("component", "coord", "bucket", cfg.Bucket, "key", cfg.Cluster)}, nil
+	return &KV{kv: kv, key: cfg.Cluster, log: log.With("component", "coord", "bucket", cfg.Bucket, "key", cfg.Cluster)}, nil
 }
 
 // Get returns the current record and its revision, or an error wrapping
-// ErrNotFound when there is none (never written, or deleted).
-func (n *NATS) Get(ctx context.Context) (msg.ViewRecord, uint64, error) {
+// coord.ErrNotFound when there is none (never written, or deleted).
+func (n *KV) Get(ctx context.Context) (msg.ViewRecord, uint64, error) {
 	e, err := n.kv.Get(ctx, n.key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return msg.ViewRecord{}, 0, fmt.Errorf("coord: get %s: %w", n.key, ErrNotFound)
+		return msg.ViewRecord{}, 0, fmt.Errorf("natscoord: get %s: %w", n.key, coord.ErrNotFound)
 	}
 	if err != nil {
-		return msg.ViewRecord{}, 0, fmt.Errorf("coord: get %s: %w", n.key, err)
+		return msg.ViewRecord{}, 0, fmt.Errorf("natscoord: get %s: %w", n.key, err)
 	}
-	rec, err := DecodeViewRecord(e.Value())
+	rec, err := coord.DecodeViewRecord(e.Value())
 	if err != nil {
-		return msg.ViewRecord{}, 0, fmt.Errorf("coord: get %s: revision %d: %w", n.key, e.Revision(), err)
+		return msg.ViewRecord{}, 0, fmt.Errorf("natscoord: get %s: revision %d: %w", n.key, e.Revision(), err)
 	}
 	return rec, e.Revision(), nil
 }
 
 // CompareAndSet stores rec if the current revision is expectRev (0: only if
 // no record exists) and returns the new revision; if another write came
-// first it returns an error wrapping ErrConflict.
-func (n *NATS) CompareAndSet(ctx context.Context, expectRev uint64, rec msg.ViewRecord) (uint64, error) {
-	val := EncodeViewRecord(rec)
+// first it returns an error wrapping coord.ErrConflict.
+func (n *KV) CompareAndSet(ctx context.Context, expectRev uint64, rec msg.ViewRecord) (uint64, error) {
+	val := coord.EncodeViewRecord(rec)
 	var (
 		rev uint64
 		err error
@@ -135,40 +141,40 @@ func (n *NATS) CompareAndSet(ctx context.Context, expectRev uint64, rec msg.View
 		// nats.go v1.55 matches both server codes for "wrong last sequence"
 		// (10071 and, on replicated streams, 10164) to ErrKeyExists here.
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			err = fmt.Errorf("%w (%w)", ErrConflict, err)
+			err = fmt.Errorf("%w (%w)", coord.ErrConflict, err)
 		}
 	} else {
 		rev, err = n.kv.Update(ctx, n.key, val, expectRev)
 		// ErrKeyExists would match only on R1 buckets (code 10071), not on
 		// replicated ones (10164); ErrKeyRevisionMismatch matches both.
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			err = fmt.Errorf("%w (%w)", ErrConflict, err)
+			err = fmt.Errorf("%w (%w)", coord.ErrConflict, err)
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("coord: compare-and-set %s at revision %d: %w", n.key, expectRev, err)
+		return 0, fmt.Errorf("natscoord: compare-and-set %s at revision %d: %w", n.key, expectRev, err)
 	}
 	return rev, nil
 }
 
-// Watch implements Watcher on a KV watch of the record's key. Records that
+// Watch implements coord.Watcher on a KV watch of the record's key. Records that
 // do not decode are logged and skipped; deletions are skipped. The
 // goroutine it starts ends after ctx is done, once the client library has
 // closed the underlying subscription.
-func (n *NATS) Watch(ctx context.Context) (<-chan Update, error) {
+func (n *KV) Watch(ctx context.Context) (<-chan coord.Update, error) {
 	w, err := n.kv.Watch(ctx, n.key, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, fmt.Errorf("coord: watch %s: %w", n.key, err)
+		return nil, fmt.Errorf("natscoord: watch %s: %w", n.key, err)
 	}
-	out := make(chan Update)
+	out := make(chan coord.Update)
 	go func() {
 		defer close(out)
 		updates, done := w.Updates(), ctx.Done()
-		var pending *Update
+		var pending *coord.Update
 		var last uint64 // highest revision accepted
 		for {
-			var send chan<- Update
-			var next Update
+			var send chan<- coord.Update
+			var next coord.Update
 			if pending != nil && done != nil {
 				send, next = out, *pending
 			}
@@ -182,14 +188,14 @@ func (n *NATS) Watch(ctx context.Context) (<-chan Update, error) {
 				if e == nil || e.Operation() != jetstream.KeyValuePut { // end of initial values; a deletion
 					continue
 				}
-				rec, err := DecodeViewRecord(e.Value())
+				rec, err := coord.DecodeViewRecord(e.Value())
 				if err != nil {
 					n.log.Warn("skipping undecodable view record", "revision", e.Revision(), "err", err)
 					continue
 				}
 				if e.Revision() > last {
 					last = e.Revision()
-					pending = &Update{View: rec, Rev: last}
+					pending = &coord.Update{View: rec, Rev: last}
 				}
 			case send <- next:
 				pending = nil

@@ -1,4 +1,4 @@
-package coord
+package natscoord
 
 import (
 	"errors"
@@ -62,17 +62,17 @@ type EmbeddedOptions struct {
 	ReadyTimeout time.Duration
 }
 
-// EmbeddedNATS is a nats-server with JetStream running in this process.
-type EmbeddedNATS struct {
+// Embedded is a nats-server with JetStream running in this process.
+type Embedded struct {
 	srv *server.Server
 }
 
-// StartEmbeddedNATS starts a single server and waits until it accepts
+// StartEmbedded starts a single server and waits until it accepts
 // connections.
-func StartEmbeddedNATS(opts EmbeddedOptions) (*EmbeddedNATS, error) {
+func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 	sopts, err := serverOptions(opts)
 	if err != nil {
-		return nil, fmt.Errorf("coord: start nats-server: %w", err)
+		return nil, fmt.Errorf("natscoord: start nats-server: %w", err)
 	}
 	if opts.Port == 0 {
 		sopts.Port = server.RANDOM_PORT
@@ -102,10 +102,10 @@ func serverOptions(opts EmbeddedOptions) (*server.Options, error) {
 	}, nil
 }
 
-func startServer(sopts *server.Options, opts EmbeddedOptions) (*EmbeddedNATS, error) {
+func startServer(sopts *server.Options, opts EmbeddedOptions) (*Embedded, error) {
 	srv, err := server.NewServer(sopts)
 	if err != nil {
-		return nil, fmt.Errorf("coord: start nats-server: %w", err)
+		return nil, fmt.Errorf("natscoord: start nats-server: %w", err)
 	}
 	if opts.Logger != nil {
 		srv.SetLogger(natsLogger{opts.Logger.With("component", "nats-server", "server", sopts.ServerName)}, false, false)
@@ -118,28 +118,28 @@ func startServer(sopts *server.Options, opts EmbeddedOptions) (*EmbeddedNATS, er
 	if !srv.ReadyForConnections(timeout) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("coord: start nats-server %q: not ready after %v", sopts.ServerName, timeout)
+		return nil, fmt.Errorf("natscoord: start nats-server %q: not ready after %v", sopts.ServerName, timeout)
 	}
-	return &EmbeddedNATS{srv: srv}, nil
+	return &Embedded{srv: srv}, nil
 }
 
 // ClientURL returns the URL clients connect to.
-func (e *EmbeddedNATS) ClientURL() string { return e.srv.ClientURL() }
+func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 
 // Server returns the underlying server (for tests and diagnostics).
-func (e *EmbeddedNATS) Server() *server.Server { return e.srv }
+func (e *Embedded) Server() *server.Server { return e.srv }
 
 // Connect opens a client connection to the server.
-func (e *EmbeddedNATS) Connect(opts ...nats.Option) (*nats.Conn, error) {
+func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	nc, err := nats.Connect(e.ClientURL(), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("coord: connect to %s: %w", e.ClientURL(), err)
+		return nil, fmt.Errorf("natscoord: connect to %s: %w", e.ClientURL(), err)
 	}
 	return nc, nil
 }
 
 // Shutdown stops the server and waits until it has stopped.
-func (e *EmbeddedNATS) Shutdown() {
+func (e *Embedded) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
 }
@@ -157,18 +157,18 @@ type ClusterOptions struct {
 	ReadyTimeout time.Duration
 }
 
-// NATSCluster is a JetStream cluster of embedded servers on loopback.
-type NATSCluster struct {
-	Nodes []*EmbeddedNATS
+// Cluster is a JetStream cluster of embedded servers on loopback.
+type Cluster struct {
+	Nodes []*Embedded
 }
 
 // StartCluster starts n servers on 127.0.0.1 with JetStream, each in its own
 // subdirectory of dir and routed to all others, and waits until the cluster
 // has a JetStream meta leader and every node follows it (so streams and KV
 // buckets can be created at once).
-func StartCluster(n int, dir string, opts ClusterOptions) (*NATSCluster, error) {
+func StartCluster(n int, dir string, opts ClusterOptions) (*Cluster, error) {
 	if n < 1 {
-		return nil, fmt.Errorf("coord: start cluster: %d nodes", n)
+		return nil, fmt.Errorf("natscoord: start cluster: %d nodes", n)
 	}
 	name := opts.Name
 	if name == "" {
@@ -182,10 +182,10 @@ func StartCluster(n int, dir string, opts ClusterOptions) (*NATSCluster, error) 
 	// peers' route addresses before it starts.
 	ports, err := freePorts(2 * n)
 	if err != nil {
-		return nil, fmt.Errorf("coord: start cluster: %w", err)
+		return nil, fmt.Errorf("natscoord: start cluster: %w", err)
 	}
 	clientPorts, routePorts := ports[:n], ports[n:]
-	c := &NATSCluster{}
+	c := &Cluster{}
 	for i := range n {
 		nodeName := "n" + strconv.Itoa(i+1)
 		sopts, err := serverOptions(EmbeddedOptions{
@@ -196,7 +196,7 @@ func StartCluster(n int, dir string, opts ClusterOptions) (*NATSCluster, error) 
 		})
 		if err != nil {
 			c.Shutdown()
-			return nil, fmt.Errorf("coord: start cluster: %w", err)
+			return nil, fmt.Errorf("natscoord: start cluster: %w", err)
 		}
 		sopts.Cluster = server.ClusterOpts{Name: name, Host: sopts.Host, Port: routePorts[i]}
 		for j, p := range routePorts {
@@ -207,20 +207,20 @@ func StartCluster(n int, dir string, opts ClusterOptions) (*NATSCluster, error) 
 		node, err := startServer(sopts, EmbeddedOptions{Logger: opts.Logger, ReadyTimeout: timeout})
 		if err != nil {
 			c.Shutdown()
-			return nil, fmt.Errorf("coord: start cluster: %w", err)
+			return nil, fmt.Errorf("natscoord: start cluster: %w", err)
 		}
 		c.Nodes = append(c.Nodes, node)
 	}
 	if err := c.waitForMetaLeader(timeout); err != nil {
 		c.Shutdown()
-		return nil, fmt.Errorf("coord: start cluster: %w", err)
+		return nil, fmt.Errorf("natscoord: start cluster: %w", err)
 	}
 	return c, nil
 }
 
 // waitForMetaLeader waits until exactly one node leads the JetStream meta
 // group and every node is current with it.
-func (c *NATSCluster) waitForMetaLeader(timeout time.Duration) error {
+func (c *Cluster) waitForMetaLeader(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		leaders, current := 0, 0
@@ -245,7 +245,7 @@ func (c *NATSCluster) waitForMetaLeader(timeout time.Duration) error {
 
 // URL returns the client URLs of all nodes, comma-separated, as
 // nats.Connect accepts them.
-func (c *NATSCluster) URL() string {
+func (c *Cluster) URL() string {
 	var s string
 	for i, node := range c.Nodes {
 		if i > 0 {
@@ -257,16 +257,16 @@ func (c *NATSCluster) URL() string {
 }
 
 // Connect opens a client connection to the cluster.
-func (c *NATSCluster) Connect(opts ...nats.Option) (*nats.Conn, error) {
+func (c *Cluster) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	nc, err := nats.Connect(c.URL(), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("coord: connect to %s: %w", c.URL(), err)
+		return nil, fmt.Errorf("natscoord: connect to %s: %w", c.URL(), err)
 	}
 	return nc, nil
 }
 
 // Shutdown stops every node and waits until they have stopped.
-func (c *NATSCluster) Shutdown() {
+func (c *Cluster) Shutdown() {
 	for _, node := range c.Nodes {
 		node.srv.Shutdown()
 	}
@@ -292,7 +292,7 @@ func freePorts(n int) ([]int, error) {
 
 // natsLogger adapts slog to server.Logger. Fatalf is logged as an error
 // and does not exit: an embedded server that fails to start is reported by
-// StartEmbeddedNATS instead.
+// StartEmbedded instead.
 type natsLogger struct{ l *slog.Logger }
 
 func (n natsLogger) Noticef(format string, v ...any) { n.l.Info(fmt.Sprintf(format, v...)) }

@@ -1,4 +1,4 @@
-package netcode
+package server
 
 import (
 	"errors"
@@ -14,11 +14,11 @@ import (
 var (
 	// ErrProtocol: a frame that is not a well-formed message of the
 	// session protocol (malformed, unknown type, out of order).
-	ErrProtocol = errors.New("netcode: protocol error")
+	ErrProtocol = errors.New("server: protocol error")
 	// ErrFlood: the player kept sending far above its rate limit.
-	ErrFlood = errors.New("netcode: command flood")
+	ErrFlood = errors.New("server: command flood")
 	// ErrImpersonation: a command named another player.
-	ErrImpersonation = errors.New("netcode: command for another player")
+	ErrImpersonation = errors.New("server: command for another player")
 )
 
 // CodeOf returns the application error code a connection closed for err

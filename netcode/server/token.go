@@ -1,8 +1,4 @@
-// Package netcode is the dedicated-server runtime: player sessions over
-// QUIC, authentication, rate limits, command intake into the command log,
-// and state fan-out; and the client library bots and viewers use. It knows
-// no particular game.
-package netcode
+package server
 
 import (
 	"crypto/hmac"
@@ -18,7 +14,7 @@ import (
 
 // Token errors. Every verification failure wraps ErrBadToken.
 var (
-	ErrBadToken     = errors.New("netcode: bad token")
+	ErrBadToken     = errors.New("server: bad token")
 	ErrTokenExpired = fmt.Errorf("%w: expired", ErrBadToken)
 )
 
@@ -44,13 +40,13 @@ const tokenVersion = 1
 // version, expiry (unix seconds), player id and name.
 func IssueToken(secret []byte, c Claims) (string, error) {
 	if len(secret) < 16 {
-		return "", errors.New("netcode: token secret shorter than 16 bytes")
+		return "", errors.New("server: token secret shorter than 16 bytes")
 	}
 	if c.Player == "" || len(c.Player) > MaxPlayerName || !utf8.ValidString(c.Player) {
-		return "", fmt.Errorf("netcode: player name must be 1..%d bytes of UTF-8", MaxPlayerName)
+		return "", fmt.Errorf("server: player name must be 1..%d bytes of UTF-8", MaxPlayerName)
 	}
 	if c.PlayerID == 0 {
-		return "", errors.New("netcode: player id 0 is reserved for the engine")
+		return "", errors.New("server: player id 0 is reserved for the engine")
 	}
 	body := make([]byte, 0, 13+len(c.Player))
 	body = append(body, tokenVersion)

@@ -1,4 +1,4 @@
-package netcode
+package server
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anoptic/broadside/netcode/client"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 	"golang.org/x/time/rate"
@@ -47,10 +48,10 @@ type testServer struct {
 
 func startServer(t *testing.T, limits IntakeLimits) *testServer {
 	t.Helper()
-	return startServerWith(t, ServerConfig{Limits: limits})
+	return startServerWith(t, Config{Limits: limits})
 }
 
-func startServerWith(t *testing.T, cfg ServerConfig) *testServer {
+func startServerWith(t *testing.T, cfg Config) *testServer {
 	t.Helper()
 	ca, err := transport.NewDevCA()
 	if err != nil {
@@ -62,7 +63,7 @@ func startServerWith(t *testing.T, cfg ServerConfig) *testServer {
 	}
 	ml := &memLog{}
 	cfg.ListenAddr, cfg.TLS, cfg.Secret, cfg.Log = "127.0.0.1:0", stls, testSecret, ml
-	srv, err := NewServer(cfg)
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,15 +86,15 @@ func (ts *testServer) token(t *testing.T, name string, id uint32, ttl time.Durat
 	return tok
 }
 
-func (ts *testServer) dial(t *testing.T, token string) (*Client, error) {
+func (ts *testServer) dial(t *testing.T, token string) (*client.Client, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return Dial(ctx, ClientConfig{Addr: ts.srv.Addr(), TLS: ts.client, Token: token})
+	return client.Dial(ctx, client.Config{Addr: ts.srv.Addr(), TLS: ts.client, Token: token})
 }
 
 // closedWith waits for the session to end and returns the code it closed with.
-func closedWith(t *testing.T, c *Client) transport.ErrorCode {
+func closedWith(t *testing.T, c *client.Client) transport.ErrorCode {
 	t.Helper()
 	select {
 	case <-c.Done():
@@ -168,27 +169,27 @@ func TestServerRejectsBadInputPerConnection(t *testing.T) {
 	})
 	cases := []struct {
 		name string
-		send func(c *Client) error
+		send func(c *client.Client) error
 		want transport.ErrorCode
 	}{
-		{"malformed frame", func(c *Client) error { return c.SendRaw([]byte("this is not a flatbuffer at all")) }, transport.CodeProtocolError},
-		{"unknown message type", func(c *Client) error {
+		{"malformed frame", func(c *client.Client) error { return c.SendRaw([]byte("this is not a flatbuffer at all")) }, transport.CodeProtocolError},
+		{"unknown message type", func(c *client.Client) error {
 			return c.SendRaw(wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeTick, Tick: 5}))
 		}, transport.CodeProtocolError},
-		{"oversized frame", func(c *Client) error { return c.SendRaw(make([]byte, MaxPlayerFrame+1)) }, transport.CodeFrameTooLarge},
-		{"command for another player", func(c *Client) error {
+		{"oversized frame", func(c *client.Client) error { return c.SendRaw(make([]byte, MaxPlayerFrame+1)) }, transport.CodeFrameTooLarge},
+		{"command for another player", func(c *client.Client) error {
 			_, err := c.Send(wire.GameCommand{Kind: wire.CommandFire, Side: 1, Player: 424242})
 			return err
 		}, transport.CodeUnauthorized},
-		{"replayed sequence number", func(c *Client) error {
+		{"replayed sequence number", func(c *client.Client) error {
 			c.Send(wire.GameCommand{Seq: 5, Kind: wire.CommandFire})
 			_, err := c.Send(wire.GameCommand{Seq: 5, Kind: wire.CommandFire})
 			return err
 		}, transport.CodeProtocolError},
-		{"second hello", func(c *Client) error {
-			return c.SendRaw(wire.EncodeSession(nil, wire.Hello{Token: "x", Protocol: ProtocolVersion}))
+		{"second hello", func(c *client.Client) error {
+			return c.SendRaw(wire.EncodeSession(nil, wire.Hello{Token: "x", Protocol: wire.ProtocolVersion}))
 		}, transport.CodeProtocolError},
-		{"state acknowledgement flood", func(c *Client) error {
+		{"state acknowledgement flood", func(c *client.Client) error {
 			for i := uint64(1); i <= 2000; i++ {
 				if err := c.AckState(i); err != nil {
 					return nil
@@ -196,7 +197,7 @@ func TestServerRejectsBadInputPerConnection(t *testing.T) {
 			}
 			return nil
 		}, transport.CodeRateLimited},
-		{"flood", func(c *Client) error {
+		{"flood", func(c *client.Client) error {
 			for i := 0; i < 500; i++ {
 				if _, err := c.Send(wire.GameCommand{Kind: wire.CommandThrottle, Value: 1}); err != nil {
 					return nil // closed mid-flood

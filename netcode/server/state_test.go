@@ -1,4 +1,4 @@
-package netcode
+package server
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anoptic/broadside/netcode/client"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 )
@@ -31,7 +32,7 @@ func (f *fakeState) EncodeState(dst []byte, viewer uint32, tick, base uint64) ([
 
 // publishUntil publishes tick (then later ticks: a datagram may be lost on
 // loopback too) until c receives an update, and returns it.
-func publishUntil(t *testing.T, s *Server, c *Client, tick uint64) wire.StateUpdate {
+func publishUntil(t *testing.T, s *Server, c *client.Client, tick uint64) wire.StateUpdate {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -55,7 +56,7 @@ func TestStateFanOut(t *testing.T) {
 	for _, size := range []int{100, 5000} {
 		t.Run(fmt.Sprintf("payload %d bytes", size), func(t *testing.T) {
 			src := &fakeState{size: size}
-			ts := startServerWith(t, ServerConfig{State: src, SpectatorDelay: 5})
+			ts := startServerWith(t, Config{State: src, SpectatorDelay: 5})
 			c, err := ts.dial(t, ts.token(t, "ada", 7, time.Hour))
 			if err != nil {
 				t.Fatal(err)
@@ -63,7 +64,7 @@ func TestStateFanOut(t *testing.T) {
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			spec, err := Dial(ctx, ClientConfig{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.token(t, "watcher", 99, time.Hour), Spectator: true})
+			spec, err := client.Dial(ctx, client.Config{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.token(t, "watcher", 99, time.Hour), Spectator: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,10 +109,10 @@ func TestStateFanOut(t *testing.T) {
 			if u.BaseTick != 0 {
 				t.Fatalf("base %d no longer held, yet a delta against it (tick %d)", u.BaseTick, u.Tick)
 			}
-			if size > transport.MaxDatagramSize && c.streamUpdates.Load() == 0 {
+			if size > transport.MaxDatagramSize && c.StreamUpdates() == 0 {
 				t.Fatal("large updates did not come on the stream")
 			}
-			if size < transport.MaxDatagramSize && c.streamUpdates.Load() != 0 {
+			if size < transport.MaxDatagramSize && c.StreamUpdates() != 0 {
 				t.Fatal("small updates came on the stream, not as datagrams")
 			}
 		})
@@ -136,10 +137,10 @@ func waitSessions(t *testing.T, s *Server, n int) {
 // TestSpectatorCannotCommand: a spectator's command closes its connection
 // with a protocol error.
 func TestSpectatorCannotCommand(t *testing.T) {
-	ts := startServerWith(t, ServerConfig{State: &fakeState{size: 10}})
+	ts := startServerWith(t, Config{State: &fakeState{size: 10}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	spec, err := Dial(ctx, ClientConfig{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.token(t, "watcher", 99, time.Hour), Spectator: true})
+	spec, err := client.Dial(ctx, client.Config{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.token(t, "watcher", 99, time.Hour), Spectator: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package netcode
+package server
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package netcode
+package server
 
 import (
 	"context"
@@ -15,12 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// ALPN is the application protocol of player connections.
-const ALPN = "broadside/1"
-
-// ProtocolVersion is the session protocol version a Hello must name.
-const ProtocolVersion = 1
-
 // MaxPlayerFrame is the frame size limit on player streams: commands are
 // tens of bytes, a Hello holds a token.
 const MaxPlayerFrame = 2048
@@ -31,8 +25,8 @@ type Appender interface {
 	Append(ctx context.Context, data []byte) error
 }
 
-// ServerConfig configures a Server.
-type ServerConfig struct {
+// Config configures a Server.
+type Config struct {
 	// ListenAddr is the UDP address for players (default 127.0.0.1:4433).
 	ListenAddr string
 	// TLS is the server's certificate (transport.DevCA for development).
@@ -84,7 +78,7 @@ type ServerConfig struct {
 // player's connection is closed with an application error code; others are
 // unaffected.
 type Server struct {
-	cfg      ServerConfig
+	cfg      Config
 	ep       *transport.Endpoint
 	log      *slog.Logger
 	metrics  serverMetrics
@@ -130,16 +124,16 @@ type session struct {
 	stateOut chan []byte
 }
 
-// NewServer opens the player endpoint.
-func NewServer(cfg ServerConfig) (*Server, error) {
+// New opens the player endpoint.
+func New(cfg Config) (*Server, error) {
 	if cfg.ListenAddr == "" {
 		cfg.ListenAddr = "127.0.0.1:4433"
 	}
 	if cfg.Log == nil || cfg.TLS == nil || len(cfg.Secret) < 16 {
-		return nil, errors.New("netcode: server needs Log, TLS and a Secret of at least 16 bytes")
+		return nil, errors.New("server: server needs Log, TLS and a Secret of at least 16 bytes")
 	}
 	if len(cfg.World) > wire.MaxWelcomeWorld {
-		return nil, fmt.Errorf("netcode: World of %d bytes exceeds %d", len(cfg.World), wire.MaxWelcomeWorld)
+		return nil, fmt.Errorf("server: World of %d bytes exceeds %d", len(cfg.World), wire.MaxWelcomeWorld)
 	}
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 64
@@ -173,7 +167,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	cfg.Limits.defaults()
 	ep, err := transport.NewEndpoint(transport.Config{
-		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.TLS, ALPN: []string{ALPN},
+		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.TLS, ALPN: []string{wire.ALPN},
 		MaxFrameSize: MaxPlayerFrame, MaxWriteFrameSize: wire.MaxSessionFrameSize, EnableDatagrams: true, Logger: cfg.Logger,
 	})
 	if err != nil {
@@ -263,8 +257,8 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		return fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
 	hello, ok := m.(wire.Hello)
-	if !ok || hello.Protocol != ProtocolVersion {
-		return fmt.Errorf("%w: first frame must be a Hello of protocol %d", ErrProtocol, ProtocolVersion)
+	if !ok || hello.Protocol != wire.ProtocolVersion {
+		return fmt.Errorf("%w: first frame must be a Hello of protocol %d", ErrProtocol, wire.ProtocolVersion)
 	}
 	claims, err := VerifyToken(s.cfg.Secret, hello.Token, s.cfg.Now())
 	if err != nil {
@@ -518,7 +512,7 @@ func (s *Server) Drain(ctx context.Context) error {
 	for s.inflight.Load() > 0 {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("netcode: drain: %d commands still in flight: %w", s.inflight.Load(), ctx.Err())
+			return fmt.Errorf("server: drain: %d commands still in flight: %w", s.inflight.Load(), ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -1,4 +1,7 @@
-package netcode
+// Package client is the client library of the player server
+// (netcode/server) that bots and viewers use: one authenticated session,
+// commands out, verdicts and state updates in. It knows no particular game.
+package client
 
 import (
 	"context"
@@ -11,14 +14,14 @@ import (
 	"github.com/anoptic/broadside/netcode/wire"
 )
 
-// ClientConfig configures a player (or bot, or spectator) connection.
-type ClientConfig struct {
+// Config configures a player (or bot, or spectator) connection.
+type Config struct {
 	// Addr is the server's UDP address.
 	Addr string
 	// TLS must trust the server's certificate (transport.ClientTLS, or a
 	// DevCA's ClientTLS).
 	TLS *tls.Config
-	// Token is the player's signed token (IssueToken, 'broadside token').
+	// Token is the player's signed token (server.IssueToken, 'broadside token').
 	Token     string
 	Spectator bool
 }
@@ -43,9 +46,9 @@ type Client struct {
 }
 
 // Dial connects, authenticates and waits for the server's Welcome.
-func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	ep, err := transport.NewEndpoint(transport.Config{ListenAddr: "127.0.0.1:0", ClientTLS: cfg.TLS,
-		ALPN: []string{ALPN}, MaxFrameSize: wire.MaxSessionFrameSize, EnableDatagrams: true})
+		ALPN: []string{wire.ALPN}, MaxFrameSize: wire.MaxSessionFrameSize, EnableDatagrams: true})
 	if err != nil {
 		return nil, err
 	}
@@ -59,10 +62,10 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-func (c *Client) handshake(ctx context.Context, cfg ClientConfig) error {
+func (c *Client) handshake(ctx context.Context, cfg Config) error {
 	conn, err := c.ep.Dial(ctx, cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("netcode: dial %s: %w", cfg.Addr, err)
+		return fmt.Errorf("client: dial %s: %w", cfg.Addr, err)
 	}
 	c.conn = conn
 	st, err := conn.OpenStream(ctx)
@@ -70,7 +73,7 @@ func (c *Client) handshake(ctx context.Context, cfg ClientConfig) error {
 		return err
 	}
 	c.st = st
-	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Hello{Token: cfg.Token, Protocol: ProtocolVersion, Spectator: cfg.Spectator})); err != nil {
+	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Hello{Token: cfg.Token, Protocol: wire.ProtocolVersion, Spectator: cfg.Spectator})); err != nil {
 		return err
 	}
 	if err := st.Flush(); err != nil {
@@ -79,9 +82,9 @@ func (c *Client) handshake(ctx context.Context, cfg ClientConfig) error {
 	frame, err := st.ReadFrame(nil)
 	if err != nil {
 		if code, _, ok := transport.ErrorCodeOf(err); ok {
-			return fmt.Errorf("netcode: server closed the connection (%s): %w", code, err)
+			return fmt.Errorf("client: server closed the connection (%s): %w", code, err)
 		}
-		return fmt.Errorf("netcode: waiting for welcome: %w", err)
+		return fmt.Errorf("client: waiting for welcome: %w", err)
 	}
 	m, err := wire.DecodeSession(frame)
 	if err != nil {
@@ -92,9 +95,9 @@ func (c *Client) handshake(ctx context.Context, cfg ClientConfig) error {
 		c.welcome = m
 		return nil
 	case wire.Goodbye:
-		return fmt.Errorf("netcode: server refused the session (%s): %s", transport.ErrorCode(m.Code), m.Reason)
+		return fmt.Errorf("client: server refused the session (%s): %s", transport.ErrorCode(m.Code), m.Reason)
 	}
-	return fmt.Errorf("netcode: unexpected %T instead of a welcome", m)
+	return fmt.Errorf("client: unexpected %T instead of a welcome", m)
 }
 
 // Welcome returns what the server said when the session opened.
@@ -184,7 +187,7 @@ func (c *Client) readLoop() {
 			}
 			c.streamUpdates.Add(1)
 		case wire.Goodbye:
-			c.err = fmt.Errorf("netcode: server said goodbye (%s): %s", transport.ErrorCode(m.Code), m.Reason)
+			c.err = fmt.Errorf("client: server said goodbye (%s): %s", transport.ErrorCode(m.Code), m.Reason)
 		}
 	}
 }
@@ -222,3 +225,7 @@ func (c *Client) Stats() (sent, received uint64) {
 	s := c.conn.QUIC().ConnectionStats()
 	return s.BytesSent, s.BytesReceived
 }
+
+// StreamUpdates returns how many state updates came on the stream rather
+// than as datagrams (those too large for one).
+func (c *Client) StreamUpdates() uint64 { return c.streamUpdates.Load() }

@@ -1,4 +1,4 @@
-package coord
+package natscoord
 
 import (
 	"context"
@@ -11,14 +11,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/coord/coordtest"
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
 
 // startServer starts an embedded server for the test and returns a
 // JetStream context on a connection to it; both end with the test.
-func startTestServer(t *testing.T) (*EmbeddedNATS, jetstream.JetStream) {
+func startTestServer(t *testing.T) (*Embedded, jetstream.JetStream) {
 	t.Helper()
-	srv, err := StartEmbeddedNATS(EmbeddedOptions{StoreDir: t.TempDir()})
+	srv, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +48,8 @@ func TestNATSCoordinator(t *testing.T) {
 		t.Fatal("embedded server: JetStream or sync-always not enabled")
 	}
 	var n atomic.Int64
-	testCoordinator(t, func(t *testing.T) Coordinator {
-		c, err := NewNATS(opCtx(t), js, NATSConfig{Cluster: fmt.Sprintf("cluster-%d", n.Add(1))})
+	coordtest.TestCoordinator(t, func(t *testing.T) coord.Coordinator {
+		c, err := New(opCtx(t), js, Config{Cluster: fmt.Sprintf("cluster-%d", n.Add(1))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,13 +60,13 @@ func TestNATSCoordinator(t *testing.T) {
 func TestNATSBucket(t *testing.T) {
 	_, js := startTestServer(t)
 	ctx := opCtx(t)
-	a, err := NewNATS(ctx, js, NATSConfig{Cluster: "a", History: 3})
+	a, err := New(ctx, js, Config{Cluster: "a", History: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A second coordinator (another cluster, other settings) shares the
 	// existing bucket as configured.
-	b, err := NewNATS(ctx, js, NATSConfig{Cluster: "b.x", History: 1})
+	b, err := New(ctx, js, Config{Cluster: "b.x", History: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,44 +83,44 @@ func TestNATSBucket(t *testing.T) {
 		t.Errorf("bucket: history %d, storage %v, replicas %d; want 3, file, 1", st.History(), info.Config.Storage, info.Config.Replicas)
 	}
 	// Keys are independent; revisions are the bucket's sequence numbers.
-	ra, err := a.CompareAndSet(ctx, 0, sampleRecord(1))
+	ra, err := a.CompareAndSet(ctx, 0, coordtest.SampleRecord(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rb, err := b.CompareAndSet(ctx, 0, sampleRecord(2))
+	rb, err := b.CompareAndSet(ctx, 0, coordtest.SampleRecord(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ra != 1 || rb != 2 {
 		t.Errorf("revisions %d, %d; want 1, 2", ra, rb)
 	}
-	if _, err := a.CompareAndSet(ctx, rb, sampleRecord(3)); !errors.Is(err, ErrConflict) {
+	if _, err := a.CompareAndSet(ctx, rb, coordtest.SampleRecord(3)); !errors.Is(err, coord.ErrConflict) {
 		t.Errorf("CAS on a with b's revision = %v, want ErrConflict", err)
 	}
 	// A value that is not a view record is reported, not decoded into one.
 	if _, err := kv.Put(ctx, "b.x", []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Get(ctx); !errors.Is(err, ErrBadRecord) {
+	if _, _, err := b.Get(ctx); !errors.Is(err, coord.ErrBadRecord) {
 		t.Errorf("Get of garbage = %v, want ErrBadRecord", err)
 	}
 	// A deleted record reads as absent and can be created again.
 	if err := kv.Delete(ctx, "b.x"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Get(ctx); !errors.Is(err, ErrNotFound) {
+	if _, _, err := b.Get(ctx); !errors.Is(err, coord.ErrNotFound) {
 		t.Errorf("Get after delete = %v, want ErrNotFound", err)
 	}
-	if _, err := b.CompareAndSet(ctx, 0, sampleRecord(4)); err != nil {
+	if _, err := b.CompareAndSet(ctx, 0, coordtest.SampleRecord(4)); err != nil {
 		t.Errorf("create after delete: %v", err)
 	}
 
-	for _, cfg := range []NATSConfig{
+	for _, cfg := range []Config{
 		{}, {Cluster: "a b"}, {Cluster: ".a"}, {Cluster: "a."}, {Cluster: "a*"},
 		{Cluster: "a", History: 6}, {Cluster: "a", Replicas: 6}, {Cluster: "a", Replicas: -1},
 	} {
-		if _, err := NewNATS(ctx, js, cfg); err == nil {
-			t.Errorf("NewNATS(%+v) succeeded", cfg)
+		if _, err := New(ctx, js, cfg); err == nil {
+			t.Errorf("New(%+v) succeeded", cfg)
 		}
 	}
 }
@@ -128,7 +130,7 @@ func TestNATSBucket(t *testing.T) {
 func TestNATSWatchSkipsGarbage(t *testing.T) {
 	_, js := startTestServer(t)
 	ctx := opCtx(t)
-	c, err := NewNATS(ctx, js, NATSConfig{Cluster: "w"})
+	c, err := New(ctx, js, Config{Cluster: "w"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,13 +147,13 @@ func TestNATSWatchSkipsGarbage(t *testing.T) {
 	if err := kv.Delete(ctx, "w"); err != nil {
 		t.Fatal(err)
 	}
-	rev, err := c.CompareAndSet(ctx, 0, sampleRecord(5))
+	rev, err := c.CompareAndSet(ctx, 0, coordtest.SampleRecord(5))
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case u := <-updates:
-		if u.Rev != rev || !sameRecord(u.View, sampleRecord(5)) {
+		if u.Rev != rev || !coordtest.SameRecord(u.View, coordtest.SampleRecord(5)) {
 			t.Fatalf("update = %d %+v, want %d", u.Rev, u.View, rev)
 		}
 	case <-ctx.Done():
@@ -185,7 +187,7 @@ func TestNATSCluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := NewNATS(ctx, js, NATSConfig{Cluster: "r3", Replicas: 3})
+	c, err := New(ctx, js, Config{Cluster: "r3", Replicas: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,20 +198,20 @@ func TestNATSCluster(t *testing.T) {
 	if r := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas; r != 3 {
 		t.Fatalf("bucket has %d replicas, want 3", r)
 	}
-	rev, err := c.CompareAndSet(ctx, 0, sampleRecord(1))
+	rev, err := c.CompareAndSet(ctx, 0, coordtest.SampleRecord(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CompareAndSet(ctx, 0, sampleRecord(9)); !errors.Is(err, ErrConflict) {
+	if _, err := c.CompareAndSet(ctx, 0, coordtest.SampleRecord(9)); !errors.Is(err, coord.ErrConflict) {
 		t.Fatalf("second create on R3 = %v, want ErrConflict", err)
 	}
-	rev2, err := c.CompareAndSet(ctx, rev, sampleRecord(2))
+	rev2, err := c.CompareAndSet(ctx, rev, coordtest.SampleRecord(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var apiErr *jetstream.APIError
-	_, err = c.CompareAndSet(ctx, rev, sampleRecord(9))
-	if !errors.Is(err, ErrConflict) {
+	_, err = c.CompareAndSet(ctx, rev, coordtest.SampleRecord(9))
+	if !errors.Is(err, coord.ErrConflict) {
 		t.Fatalf("stale CAS on R3 = %v, want ErrConflict", err)
 	}
 	if errors.As(err, &apiErr) {
@@ -236,13 +238,13 @@ func TestNATSCluster(t *testing.T) {
 	t.Logf("stopping the stream leader %s", leader)
 	cl.Nodes[victim].Shutdown()
 	stopped := time.Now()
-	rev3, err := casRetrying(ctx, c, rev2, sampleRecord(3))
+	rev3, err := casRetrying(ctx, c, rev2, coordtest.SampleRecord(3))
 	if err != nil {
 		t.Fatalf("CAS with a node down: %v", err)
 	}
 	t.Logf("CAS succeeded %v after the leader stopped", time.Since(stopped).Round(time.Millisecond))
 	got, rev, err := c.Get(ctx)
-	if err != nil || rev != rev3 || !sameRecord(got, sampleRecord(3)) {
+	if err != nil || rev != rev3 || !coordtest.SameRecord(got, coordtest.SampleRecord(3)) {
 		t.Fatalf("Get with a node down = %d, %v", rev, err)
 	}
 	t.Logf("total %v", time.Since(start).Round(time.Millisecond))
@@ -251,12 +253,12 @@ func TestNATSCluster(t *testing.T) {
 // casRetrying retries a CAS that failed for a reason other than a conflict
 // (a stream leader election after a node stopped), first checking whether
 // an earlier attempt took effect.
-func casRetrying(ctx context.Context, c *NATS, expect uint64, rec msg.ViewRecord) (uint64, error) {
+func casRetrying(ctx context.Context, c *KV, expect uint64, rec msg.ViewRecord) (uint64, error) {
 	for {
 		rev, err := c.CompareAndSet(ctx, expect, rec)
-		if err == nil || errors.Is(err, ErrConflict) {
-			if errors.Is(err, ErrConflict) {
-				if got, r, gerr := c.Get(ctx); gerr == nil && sameRecord(got, rec) {
+		if err == nil || errors.Is(err, coord.ErrConflict) {
+			if errors.Is(err, coord.ErrConflict) {
+				if got, r, gerr := c.Get(ctx); gerr == nil && coordtest.SameRecord(got, rec) {
 					return r, nil // an earlier attempt succeeded
 				}
 			}
@@ -271,10 +273,10 @@ func casRetrying(ctx context.Context, c *NATS, expect uint64, rec msg.ViewRecord
 }
 
 func TestEmbeddedErrors(t *testing.T) {
-	if _, err := StartEmbeddedNATS(EmbeddedOptions{}); err == nil {
+	if _, err := StartEmbedded(EmbeddedOptions{}); err == nil {
 		t.Error("start without a store dir succeeded")
 	}
-	if _, err := StartEmbeddedNATS(EmbeddedOptions{StoreDir: t.TempDir(), Sync: 9}); err == nil {
+	if _, err := StartEmbedded(EmbeddedOptions{StoreDir: t.TempDir(), Sync: 9}); err == nil {
 		t.Error("start with an unknown sync policy succeeded")
 	}
 	if _, err := StartCluster(0, t.TempDir(), ClusterOptions{}); err == nil {

@@ -216,7 +216,7 @@ func (s *story) explain(w io.Writer, ix *lineage.Index, asJSON bool) error {
 			Ship      string          `json:"ship"`
 			SunkTick  uint64          `json:"sunk_tick"`
 			Sector    int             `json:"sector"`
-			Hits      []Hit        `json:"hits"`
+			Hits      []Hit           `json:"hits"`
 			Why       lineage.WhyView `json:"why"`
 			Checked   bool            `json:"checked_against_world"`
 			LogEvents uint64          `json:"events"`

@@ -202,7 +202,19 @@ func (o exportOptions) gameConfig() broadside.Config {
 	return broadside.Config{Seed: o.seed, Width: o.worldSize, Height: o.worldSize, SectorsX: o.sectors, SectorsY: o.sectors, Islands: o.islands}
 }
 
-func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions) error {
+// exportSource is what 'replay export' records: a log source and the world
+// it belongs to.
+type exportSource struct {
+	src   replay.Source
+	game  world.Game
+	total uint64 // ticks (bots, to-tick) or positions (logs) to go, 0 if unknown
+	inPos bool   // total counts log positions
+	what  string
+	close func()
+}
+
+// openExportSource opens the one source the flags name.
+func openExportSource(ctx context.Context, o *exportOptions) (*exportSource, error) {
 	sources := 0
 	for _, set := range []bool{o.logDir != "", o.useLog, o.fromFile != "", o.bots > 0, o.server != ""} {
 		if set {
@@ -210,88 +222,93 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 		}
 	}
 	if sources != 1 {
-		return errors.New("give exactly one of --server, --log-dir, --log, --from and --bots")
+		return nil, errors.New("give exactly one of --server, --log-dir, --log, --from and --bots")
 	}
 	if o.follow && !o.useLog {
-		return errors.New("--follow goes with --log")
+		return nil, errors.New("--follow goes with --log")
 	}
 	game, err := broadside.NewGame(o.gameConfig(), 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var (
-		src        replay.Source
-		total      uint64 // ticks (bots, to-tick) or positions (logs) to go, 0 if unknown
-		inPos      bool   // total counts log positions
-		closeSrc   = func() {}
-		posTracker *positionSource
-		what       string
-	)
+	es := &exportSource{game: game, close: func() {}}
 	switch {
 	case o.bots > 0:
 		ticks := uint64(o.minutes * 60 * broadside.TickRate)
-		m, err := newBotMatch(o.gameConfig(), o.bots, ticks, o.seed)
+		m, err := broadside.NewBotMatch(o.gameConfig(), o.bots, o.seed, world.LocalConfig{ID: o.world, Logger: quietLogger()})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		src, total = m, ticks
-		what = fmt.Sprintf("a generated match of %d bots, %d ticks", o.bots, ticks)
+		es.src, es.total, es.close = m.Source(ticks), ticks, m.Close
+		es.what = fmt.Sprintf("a generated match of %d bots, %d ticks", o.bots, ticks)
 	case o.fromFile != "":
 		r, g, _, err := openRecording(o.fromFile)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer r.Close()
-		if src, err = r.Source(); err != nil {
-			return err
+		if es.src, err = r.Source(); err != nil {
+			r.Close()
+			return nil, err
 		}
-		game, total = g, r.LastTick()
+		es.game, es.total, es.close = g, r.LastTick(), func() { r.Close() }
 		if o.world == world.DefaultID {
 			o.world = r.Header().World
 		}
-		what = fmt.Sprintf("recording %s (ticks %d..%d)", o.fromFile, r.FirstTick(), r.LastTick())
+		es.what = fmt.Sprintf("recording %s (ticks %d..%d)", o.fromFile, r.FirstTick(), r.LastTick())
 	case o.server != "":
 		hs, conf, err := world.OpenExport(ctx, o.server, wire.MaxWelcomeWorld)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		closeSrc = func() { hs.Close() }
-		if game, _, err = broadside.GameOf(conf); err != nil {
+		if es.game, _, err = broadside.GameOf(conf); err != nil {
 			hs.Close()
-			return fmt.Errorf("server %s: its world: %w", o.server, err)
+			return nil, fmt.Errorf("server %s: its world: %w", o.server, err)
 		}
-		src, total, inPos = hs, hs.To(), true
-		what = fmt.Sprintf("the running server at %s (positions 1..%d)", o.server, hs.To())
+		es.src, es.total, es.inPos, es.close = hs, hs.To(), true, func() { hs.Close() }
+		es.what = fmt.Sprintf("the running server at %s (positions 1..%d)", o.server, hs.To())
 	case o.logDir != "":
 		sl, err := openStoredLog(o.logDir)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		closeSrc = sl.Close
-		src, total, inPos = sl, sl.last, true
-		what = fmt.Sprintf("the stored log in %s (positions 1..%d)", sl.dir, sl.last)
+		es.src, es.total, es.inPos, es.close = sl, sl.last, true, sl.Close
+		es.what = fmt.Sprintf("the stored log in %s (positions 1..%d)", sl.dir, sl.last)
 	case o.useLog:
-		c, closeAll, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{})
-		if err != nil {
-			return err
-		}
-		closeSrc = closeAll
-		sub := c.Subscribe(1)
-		src = sub
-		what = "the running log cluster"
-		if !o.follow {
-			tail, err := c.CheckTail(ctx)
-			if err != nil {
-				closeAll()
-				return fmt.Errorf("log tail: %w", err)
-			}
-			src, total, inPos = &positionSource{src: sub, last: tail}, tail, true
-			what += fmt.Sprintf(" up to its tail (position %d)", tail)
-		} else {
-			what += ", following the match (Ctrl-C to stop)"
-		}
+		return es, es.openCluster(ctx, o)
 	}
-	defer closeSrc()
+	return es, nil
+}
+
+// openCluster sets es to the log of a running cluster.
+func (es *exportSource) openCluster(ctx context.Context, o *exportOptions) error {
+	c, closeAll, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{})
+	if err != nil {
+		return err
+	}
+	sub := c.Subscribe(1)
+	es.src, es.close, es.what = sub, closeAll, "the running log cluster"
+	if o.follow {
+		es.what += ", following the match (Ctrl-C to stop)"
+		return nil
+	}
+	tail, err := c.CheckTail(ctx)
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("log tail: %w", err)
+	}
+	es.src, es.total, es.inPos = &positionSource{src: sub, last: tail}, tail, true
+	es.what += fmt.Sprintf(" up to its tail (position %d)", tail)
+	return nil
+}
+
+func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions) error {
+	es, err := openExportSource(ctx, &o)
+	if err != nil {
+		return err
+	}
+	defer es.close()
+	src, game, total, inPos, what := es.src, es.game, es.total, es.inPos, es.what
+	var posTracker *positionSource
 	if o.toTick > 0 && !inPos {
 		total = min(cmp.Or(total, o.toTick), o.toTick)
 	}

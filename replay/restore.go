@@ -86,6 +86,11 @@ type Bugs struct {
 	// drop the records between the snapshot's position and the next tick
 	// marker: the inputs of the first tick it replays.
 	SkipCommandsAfterSnapshot bool
+	// SnapshotBeforeOutputs makes a runner store a snapshot without
+	// waiting until the outputs of the ticks it covers are in the log, so
+	// that a crash in between loses them (a synchronous runner stores the
+	// snapshot first).
+	SnapshotBeforeOutputs bool
 }
 
 // skipToMarker is the Source of Bugs.SkipCommandsAfterSnapshot: it drops

@@ -165,6 +165,9 @@ type RunnerConfig struct {
 	// live server leaves it false; the replay simulator (internal/replaydst)
 	// and offline tools set it so that a run is a function of its inputs.
 	Synchronous bool
+
+	// bugs are the supervisor's injected bugs (SupervisorConfig.Bugs).
+	bugs Bugs
 }
 
 // RunnerStats counts what a Runner consumed and produced.
@@ -637,6 +640,9 @@ func (r *Runner) storeNow(ctx context.Context) {
 	if r.killed.Load() {
 		return
 	}
+	if r.writer != nil && r.cfg.bugs.SnapshotBeforeOutputs {
+		_ = r.writer.Drain(ctx)
+	}
 	if r.cfg.Appender != nil {
 		if err := r.outs.appendQueued(ctx, r.cfg.Appender, r.log); err != nil {
 			return
@@ -688,10 +694,14 @@ func (r *Runner) maybeCapture(tick, pos, hash uint64) (time.Duration, SnapshotKi
 	r.sched.Taken(tick, full, raw)
 	r.captures.Add(1)
 	acked := r.outs.acked
+	ready := func(ctx context.Context) error { return acked.wait(ctx, tick) }
+	if r.cfg.bugs.SnapshotBeforeOutputs {
+		ready = nil
+	}
 	r.writer.Submit(snapshot.Job{
 		Meta:    snapshot.Meta{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, OutputSeq: r.cp.OutputSeq, Full: full},
 		Capture: buf,
-		Ready:   func(ctx context.Context) error { return acked.wait(ctx, tick) },
+		Ready:   ready,
 	})
 	kind := DeltaSnapshot
 	if full {

@@ -521,7 +521,7 @@ func (s *Supervisor) runOnce(ctx context.Context, sh *shardState, inc *incarnati
 		r, err = NewRunner(RunnerConfig{
 			World: s.cfg.World, Shard: shard, Sim: restored.Sim, Source: src, Start: restored.Start,
 			Appender: s.cfg.Appender, Recorder: rec, CommandKind: s.cfg.CommandKind, HistoryTicks: 1, Snapshots: snaps, Logger: s.cfg.Logger,
-			Clock: s.cfg.Clock, Synchronous: s.cfg.Synchronous,
+			Clock: s.cfg.Clock, Synchronous: s.cfg.Synchronous, bugs: s.cfg.Bugs,
 			Observer: func(info TickInfo) { s.observe(sh, rs, info) },
 		})
 	}

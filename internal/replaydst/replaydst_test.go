@@ -17,7 +17,7 @@ var (
 	flagSeeds = flag.Int("replaydst.seeds", 300, "number of seeds TestSimulate runs")
 	flagFirst = flag.Uint64("replaydst.first", 1, "first seed TestSimulate runs")
 	flagTicks = flag.Int("replaydst.ticks", 0, "ticks with faults per seed (0: the default)")
-	flagBug   = flag.String("replaydst.bug", "", "with -replaydst.seed: inject this bug (skip-commands-after-snapshot)")
+	flagBug   = flag.String("replaydst.bug", "", "with -replaydst.seed: inject this bug (skip-commands-after-snapshot, snapshot-before-outputs)")
 )
 
 // bugs are the injected bugs the simulator must catch.
@@ -26,6 +26,7 @@ var bugs = []struct {
 	bugs replay.Bugs
 }{
 	{"skip-commands-after-snapshot", replay.Bugs{SkipCommandsAfterSnapshot: true}},
+	{"snapshot-before-outputs", replay.Bugs{SnapshotBeforeOutputs: true}},
 }
 
 // codec decodes snapshots in every run; it is created outside the synctest
@@ -62,7 +63,7 @@ func TestSimulate(t *testing.T) {
 		opts := Options{Seed: *flagSeed, Trace: &trace}
 		for _, b := range bugs {
 			if b.name == *flagBug {
-				opts.Bugs = b.bugs
+				opts.Bugs, opts.ExternalChecksOnly = b.bugs, true
 			}
 		}
 		res := run(t, opts)

@@ -7,8 +7,9 @@
 // random ticks: kills between ticks and in the middle of one, wedges (a Step
 // that blocks until the supervisor abandons it), panics inside Step,
 // corrupted and missing snapshot chunks, kills during a snapshot write
-// (the snapshot lost, stored or torn), kills during recovery, failing
-// restarts and two kills of one sector in a row.
+// (the snapshot lost, stored or torn) and during an output's append (the
+// output lost or appended), kills during recovery, failing restarts and two
+// kills of one sector in a row.
 //
 // After every tick the simulator checks that every hash any runner
 // published (live or replayed) equals the hash an uninterrupted run (one
@@ -88,11 +89,12 @@ const (
 	faultRecoveryKill                  // kill, then kill again during the recovery
 	faultDoubleKill                    // kill at this tick and the next
 	faultOpenFails                     // kill; the restart's Open fails once
+	faultOutputKill                    // kill while appending an output
 	numFaults
 )
 
 var faultNames = [numFaults]string{"kill", "kill-mid-tick", "wedge", "panic", "corrupt-snapshot", "missing-snapshot",
-	"kill-during-snapshot-write", "kill-during-recovery", "double-kill", "open-fails"}
+	"kill-during-snapshot-write", "kill-during-recovery", "double-kill", "open-fails", "kill-during-output-append"}
 
 // Result summarises a run.
 type Result struct {
@@ -280,7 +282,7 @@ func (s *sim) run() error {
 	minInterval := uint64(1 + rng.IntN(12))
 	policy := snapshot.Policy{MinInterval: minInterval, MaxInterval: minInterval + uint64(rng.IntN(8)), MaxChain: 2 + rng.IntN(12)}
 	sup, err := replay.NewSupervisor(replay.SupervisorConfig{
-		World: world, Shards: shards, Appender: s.log, Store: &faultStore{MemStore: s.store, sim: s}, Codec: s.opts.Codec,
+		World: world, Shards: shards, Appender: &faultAppender{log: s.log, sim: s}, Store: &faultStore{MemStore: s.store, sim: s}, Codec: s.opts.Codec,
 		Policy: policy, KeepChains: 1 + rng.IntN(2), PruneEvery: 1 + rng.IntN(3),
 		Open:    s.open,
 		LogTail: s.log.CheckTail, WedgeTimeout: 100 * time.Millisecond,
@@ -459,7 +461,7 @@ func (s *sim) injectFaults() {
 	switch f {
 	case faultKill:
 		s.kill(i, "kill")
-	case faultKillMidTick, faultWedge, faultPanic, faultWriteKill:
+	case faultKillMidTick, faultWedge, faultPanic, faultWriteKill, faultOutputKill:
 		s.arm(i, f)
 	case faultCorrupt, faultMissing:
 		metas, _ := s.store.List(context.Background(), uint32(i))
@@ -829,4 +831,31 @@ func (fs *faultStore) Put(ctx context.Context, meta snapshot.Meta, data []byte) 
 		_ = fs.MemStore.Put(ctx, meta, data[:len(data)/2])
 		return errors.New("replaydst: killed during the write")
 	}
+}
+
+// faultAppender is the supervisor's Appender, with kills during appends.
+type faultAppender struct {
+	log *replay.MemLog
+	sim *sim
+}
+
+func (a *faultAppender) AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error {
+	s := a.sim
+	i := -1
+	for k := range s.n {
+		if id.Client == replay.OutputClientID(world, uint32(k)) {
+			i = k
+		}
+	}
+	if i < 0 || !s.takeArmed(i, faultOutputKill) {
+		return a.log.AppendWithID(ctx, id, data)
+	}
+	s.sup.Kill(uint32(i))
+	if s.draw(2) == 0 {
+		s.tracef("sector %d killed appending output %d: lost", i, id.Seq)
+		return ctx.Err()
+	}
+	s.tracef("sector %d killed appending output %d: appended", i, id.Seq)
+	_ = a.log.AppendWithID(context.Background(), id, data)
+	return ctx.Err()
 }

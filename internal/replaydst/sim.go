@@ -171,7 +171,7 @@ type sim struct {
 	ref   []*refShard
 	fleet *broadside.Fleet
 	quiet *slog.Logger
-	// release unblocks wedged Steps (closed at the end).
+	// release unblocks the wedged Steps that are left at the end.
 	release chan struct{}
 
 	mu         sync.Mutex
@@ -182,6 +182,7 @@ type sim struct {
 	parked     []*simSource // the source a sector's runner waits in, if any
 	delivered  int          // entries delivered to supervised runners
 	armed      []map[faultKind]bool
+	wedges     []*wedge // Steps blocked until their runner is abandoned
 	infos      []published
 	violations []string
 	tick       uint64 // the world's tick
@@ -192,6 +193,15 @@ type sim struct {
 	scanned    uint64   // log position scanned for outputs
 	bots       uint64   // the bots' command count (their client seq)
 	players    uint32
+}
+
+// wedge is a Step blocked by a wedge fault: it returns once the supervisor
+// has replaced its runner (the sector died since), so that the abandoned
+// runner's late tick is exercised too.
+type wedge struct {
+	shard   int
+	deaths  int
+	release chan struct{}
 }
 
 // refShard is a sector of the uninterrupted run: a plain Runner over the
@@ -316,8 +326,11 @@ func (s *sim) run() error {
 
 	s.simulate(ticker)
 
+	if n := s.sup.Abandoned(); n != 0 && len(s.violations) == 0 {
+		s.violate("end: %d abandoned runners have not returned", n)
+	}
 	cancel()
-	close(s.release) // wedged Steps return; their runners were killed
+	close(s.release) // wedged Steps left (after a violation) return
 	synctest.Wait()
 	if err := <-supDone; !errors.Is(err, context.Canceled) {
 		s.violate("supervisor returned %v", err)
@@ -353,6 +366,7 @@ func (s *sim) simulate(ticker *replay.Ticker) {
 			return
 		}
 		s.settle()
+		s.releaseWedges()
 		s.check(n)
 		if len(s.violations) > 0 {
 			return
@@ -360,6 +374,29 @@ func (s *sim) simulate(ticker *replay.Ticker) {
 	}
 	s.res.Ticks = s.tick
 	s.checkFinal()
+}
+
+// releaseWedges returns the wedged Steps whose runners were replaced: each
+// runs alone to its end (it must publish and append nothing).
+func (s *sim) releaseWedges() {
+	status := s.sup.Status()
+	s.mu.Lock()
+	var due []*wedge
+	kept := s.wedges[:0]
+	for _, w := range s.wedges {
+		if status[w.shard].Deaths > w.deaths {
+			due = append(due, w)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	s.wedges = kept
+	s.mu.Unlock()
+	for _, w := range due {
+		s.tracef("wedged Step of sector %d returns", w.shard)
+		close(w.release)
+		synctest.Wait()
+	}
 }
 
 func (s *sim) setTick(n uint64) {
@@ -797,8 +834,15 @@ func (f *faultySector) Step(tick uint64, cmds []replay.Command, rec lineage.Reco
 		panic(fmt.Sprintf("replaydst: injected panic in sector %d tick %d", f.shard, tick))
 	case s.takeArmed(f.shard, faultWedge):
 		s.tracef("sector %d wedges in Step(%d)", f.shard, tick)
-		<-s.release
-		return nil
+		w := &wedge{shard: f.shard, deaths: s.sup.Status()[f.shard].Deaths, release: make(chan struct{})}
+		s.mu.Lock()
+		s.wedges = append(s.wedges, w)
+		s.mu.Unlock()
+		select {
+		case <-w.release:
+		case <-s.release:
+		}
+		return f.Sector.Step(tick, cmds, rec)
 	case s.takeArmed(f.shard, faultKillMidTick):
 		outs := f.Sector.Step(tick, cmds, rec)
 		s.tracef("sector %d killed inside Step(%d) with %d outputs", f.shard, tick, len(outs))

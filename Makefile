@@ -5,11 +5,12 @@ GO ?= go
 FUZZTIME ?= 30s
 DST_SEEDS ?= 500
 SOAK_SEEDS ?= 20000
+REPLAY_DST_SEEDS ?= 300
 
-.PHONY: test deps vet unit dst faults generate fuzz bench dst-soak lint build viewer
+.PHONY: test deps vet unit dst replay-dst faults generate fuzz bench dst-soak replay-dst-soak lint build viewer
 
-## test: install missing system packages, vet, run every test (the deterministic simulator and the process fault test included)
-test: deps vet unit dst faults viewer
+## test: install missing system packages, vet, run every test (the deterministic simulators and the process fault test included)
+test: deps vet unit dst replay-dst faults viewer
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:
@@ -19,9 +20,9 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-## unit: all package tests except the simulator and the process fault test (run by `dst` and `faults` with summary lines)
+## unit: all package tests except the simulators and the process fault test (run by `dst`, `replay-dst` and `faults` with summary lines)
 unit:
-	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses' $$($(GO) list ./... | grep -v /internal/dst$$)
+	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses' $$($(GO) list ./... | grep -v -E '/internal/(dst|replaydst)$$')
 
 ## faults: SIGKILL sequencing replicas and a shard running as separate processes; prints the faults line
 faults:
@@ -32,6 +33,18 @@ faults:
 dst:
 	$(GO) test -count=1 -timeout 15m -v ./internal/dst -dst.seeds=$(DST_SEEDS) \
 	  | grep -E '^(dst|--- FAIL|FAIL|ok|PASS)|violation|replay:' 
+
+## replay-dst: the replay-side simulator over REPLAY_DST_SEEDS seeds, and its injected bugs caught; fails unless both lines print
+replay-dst:
+	@out=$$($(GO) test -count=1 -timeout 10m -v ./internal/replaydst -replaydst.seeds=$(REPLAY_DST_SEEDS) 2>&1) || { echo "$$out" | grep -v '^        t[0-9]'; exit 1; }; \
+	  echo "$$out" | grep -E '^(replay-dst|--- FAIL|FAIL|ok)|replay:'; \
+	  echo "$$out" | grep -qE '^replay-dst: [0-9]+ seeds, 0 violations' || { echo "replay-dst: no summary line"; exit 1; }; \
+	  test "$$(echo "$$out" | grep -cE '^replay-dst: injected bug .* caught at seed')" -ge 2 || { echo "replay-dst: an injected bug was not caught"; exit 1; }
+
+## replay-dst-soak: a long replay simulator soak (SOAK_SEEDS seeds)
+replay-dst-soak:
+	$(GO) test -count=1 -timeout 4h -v -run 'TestSimulate$$' ./internal/replaydst -replaydst.seeds=$(SOAK_SEEDS) -replaydst.first=100000 \
+	  | grep -E '^(replay-dst|--- FAIL|FAIL|ok)|replay:'
 
 ## dst-soak: a long simulator soak (SOAK_SEEDS seeds)
 dst-soak:

@@ -19,6 +19,7 @@ import (
 // outputs (and those of earlier ticks) are durable.
 type outputQueue struct {
 	client uint64
+	clock  Clock // for the backoff between retries
 
 	mu    sync.Mutex
 	items []outItem
@@ -39,8 +40,8 @@ type outItem struct {
 	data []byte
 }
 
-func newOutputQueue(client uint64, acked uint64) *outputQueue {
-	return &outputQueue{client: client, wake: make(chan struct{}, 1), acked: newWatermark(acked)}
+func newOutputQueue(client uint64, acked uint64, clock Clock) *outputQueue {
+	return &outputQueue{client: client, clock: clock, wake: make(chan struct{}, 1), acked: newWatermark(acked)}
 }
 
 func (q *outputQueue) push(it outItem) {
@@ -75,20 +76,40 @@ func (q *outputQueue) run(ctx context.Context, app Appender, log *slog.Logger) e
 				return ctx.Err()
 			}
 		}
-		for k := range batch {
-			it := &batch[k]
-			if it.seq == 0 {
-				q.acked.raise(it.tick)
-				continue
-			}
-			if it.seq <= q.seen.Load() {
-				q.skipped.Add(1)
-			} else if err := q.appendOne(ctx, app, it, log); err != nil {
-				return err
-			}
-			it.data = nil
+		if err := q.appendBatch(ctx, app, batch, log); err != nil {
+			return err
 		}
 	}
+}
+
+// appendQueued appends the outputs queued so far on the caller's goroutine
+// (a Synchronous runner's tick loop) and returns when they are durable or
+// ctx ended.
+func (q *outputQueue) appendQueued(ctx context.Context, app Appender, log *slog.Logger) error {
+	q.mu.Lock()
+	batch := q.items
+	q.items = nil
+	q.mu.Unlock()
+	return q.appendBatch(ctx, app, batch, log)
+}
+
+// appendBatch appends batch's outputs in order and raises acked at each
+// tick end.
+func (q *outputQueue) appendBatch(ctx context.Context, app Appender, batch []outItem, log *slog.Logger) error {
+	for k := range batch {
+		it := &batch[k]
+		if it.seq == 0 {
+			q.acked.raise(it.tick)
+			continue
+		}
+		if it.seq <= q.seen.Load() {
+			q.skipped.Add(1)
+		} else if err := q.appendOne(ctx, app, it, log); err != nil {
+			return err
+		}
+		it.data = nil
+	}
+	return nil
 }
 
 // appendOne appends one output, retrying transient errors until it is
@@ -112,7 +133,7 @@ func (q *outputQueue) appendOne(ctx context.Context, app Appender, it *outItem, 
 			return nil
 		}
 		select {
-		case <-time.After(backoff):
+		case <-q.clock.After(backoff):
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/table"
 )
@@ -72,5 +74,42 @@ func RestoreShard(ctx context.Context, store snapshot.Store, codec *snapshot.Cod
 		return r, nil
 	default:
 		return Restored{}, fmt.Errorf("replay: restore shard %d: %w", shard, err)
+	}
+}
+
+// Bugs are deliberately wrong recovery behaviours (SupervisorConfig.Bugs),
+// switched on only to prove that the replay simulator (internal/replaydst)
+// catches them, as seq.Bugs does for the log's simulator. The zero value is
+// correct behaviour.
+type Bugs struct {
+	// SkipCommandsAfterSnapshot makes a shard restored from a snapshot
+	// drop the records between the snapshot's position and the next tick
+	// marker: the inputs of the first tick it replays.
+	SkipCommandsAfterSnapshot bool
+	// SnapshotBeforeOutputs makes a runner store a snapshot without
+	// waiting until the outputs of the ticks it covers are in the log, so
+	// that a crash in between loses them (a synchronous runner stores the
+	// snapshot first).
+	SnapshotBeforeOutputs bool
+}
+
+// skipToMarker is the Source of Bugs.SkipCommandsAfterSnapshot: it drops
+// every entry before the first tick marker.
+type skipToMarker struct {
+	src    Source
+	marked bool
+}
+
+func (s *skipToMarker) Next(ctx context.Context) (msg.Entry, error) {
+	for {
+		e, err := s.src.Next(ctx)
+		if err != nil || s.marked {
+			return e, err
+		}
+		var env wire.Envelope
+		if decodeRecord(e.Record.Data, &env) == nil && env.Kind == wire.EnvelopeTick {
+			s.marked = true
+			return e, nil
+		}
 	}
 }

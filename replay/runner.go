@@ -154,6 +154,20 @@ type RunnerConfig struct {
 	MaxTickGap uint64
 	// Logger receives warnings (nil: slog.Default()).
 	Logger *slog.Logger
+	// Clock is the runner's time source: the time of its last progress
+	// (LastProgress) and the measured step and capture durations that feed
+	// the snapshot policy (nil: SystemClock).
+	Clock Clock
+	// Synchronous makes the runner start no goroutine of its own: after
+	// every tick it appends the tick's outputs and stores a captured
+	// snapshot itself, on the tick loop, before it reads the next entry.
+	// The tick loop then waits for the log and the snapshot store, so a
+	// live server leaves it false; the replay simulator (internal/replaydst)
+	// and offline tools set it so that a run is a function of its inputs.
+	Synchronous bool
+
+	// bugs are the supervisor's injected bugs (SupervisorConfig.Bugs).
+	bugs Bugs
 }
 
 // RunnerStats counts what a Runner consumed and produced.
@@ -193,6 +207,7 @@ type Runner struct {
 	flusher interface{ Flush(context.Context) error }
 	log     *slog.Logger
 	hist    *HashHistory
+	clock   Clock
 	outs    *outputQueue
 	writer  *snapshot.Writer
 	sched   *snapshot.Scheduler
@@ -239,22 +254,26 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.LineageFlushTicks == 0 {
 		cfg.LineageFlushTicks = 32
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
 	r := &Runner{
-		cfg:  cfg,
-		sim:  cfg.Sim,
-		rec:  cfg.Recorder,
-		log:  cfg.Logger.With("shard", cfg.Shard),
-		hist: NewHashHistory(cfg.HistoryTicks),
-		cp:   cfg.Start,
-		pos:  cfg.Start.Pos,
-		outs: newOutputQueue(OutputClientID(cfg.World, cfg.Shard), cfg.Start.Tick),
+		cfg:   cfg,
+		sim:   cfg.Sim,
+		rec:   cfg.Recorder,
+		log:   cfg.Logger.With("shard", cfg.Shard),
+		hist:  NewHashHistory(cfg.HistoryTicks),
+		clock: cfg.Clock,
+		cp:    cfg.Start,
+		pos:   cfg.Start.Pos,
+		outs:  newOutputQueue(OutputClientID(cfg.World, cfg.Shard), cfg.Start.Tick, cfg.Clock),
 	}
 	r.tickRec, _ = cfg.Recorder.(lineage.TickRecorder)
 	r.flusher, _ = cfg.Recorder.(interface{ Flush(context.Context) error })
 	r.outs.seen.Store(cfg.Start.OutputSeq)
 	r.atTick.Store(cfg.Start.Tick)
 	r.atPos.Store(cfg.Start.Pos)
-	r.progress.Store(time.Now().UnixNano())
+	r.progress.Store(r.clock.Now().UnixNano())
 	if sc := cfg.Snapshots; sc != nil {
 		ts, ok := cfg.Sim.(TableSim)
 		if !ok {
@@ -300,7 +319,8 @@ func (r *Runner) Tick() uint64 { return r.atTick.Load() }
 // Position returns the position of the last log entry read.
 func (r *Runner) Position() uint64 { return r.atPos.Load() }
 
-// LastProgress returns when the runner last stepped (or was created).
+// LastProgress returns when the runner last stepped (or was created), by
+// its clock.
 func (r *Runner) LastProgress() time.Time { return time.Unix(0, r.progress.Load()) }
 
 // Checkpoint returns where the runner stands. It must not be called while
@@ -371,14 +391,14 @@ func (r *Runner) run(parent context.Context, until uint64) (err error) {
 	}
 
 	var helpers sync.WaitGroup
-	if r.cfg.Appender != nil {
+	if r.cfg.Appender != nil && !r.cfg.Synchronous {
 		helpers.Add(1)
 		go func() {
 			defer helpers.Done()
 			_ = r.outs.run(ctx, r.cfg.Appender, r.log)
 		}()
 	}
-	if r.writer != nil {
+	if r.writer != nil && !r.cfg.Synchronous {
 		helpers.Add(1)
 		go func() {
 			defer helpers.Done()
@@ -551,9 +571,9 @@ func (r *Runner) step(ctx context.Context, tick uint64, cmds []Command, pos uint
 			r.tickRec.Input(lineage.CommandInfo{Pos: c.Pos, Player: c.Player, Tick: tick, Kind: kind})
 		}
 	}
-	start := time.Now()
+	start := r.clock.Now()
 	outs := r.sim.Step(tick, cmds, r.rec)
-	stepDur := time.Since(start)
+	stepDur := r.clock.Now().Sub(start)
 	if r.tickRec != nil {
 		r.lineageErr(r.tickRec.EndTick(ctx), tick)
 	}
@@ -594,12 +614,42 @@ func (r *Runner) step(ctx context.Context, tick uint64, cmds []Command, pos uint
 		}
 	}
 
+	if r.cfg.Synchronous {
+		r.storeNow(ctx)
+	}
+	if r.killed.Load() {
+		// A killed runner publishes nothing more: it may be one abandoned
+		// as wedged whose Step returned long after its replacement took
+		// over.
+		return
+	}
 	r.ticks.Add(1)
 	r.atTick.Store(tick)
-	r.progress.Store(time.Now().UnixNano())
+	r.progress.Store(r.clock.Now().UnixNano())
 	r.hist.Put(TickHash{Tick: tick, Pos: pos, Hash: hash})
 	if r.cfg.Observer != nil {
 		r.cfg.Observer(info)
+	}
+}
+
+// storeNow does the helpers' work on the tick loop (Synchronous): it
+// appends the queued outputs, then stores the submitted snapshots (whose
+// Ready waits for those outputs). A killed runner stores nothing more, as a
+// crash would; what is left queued is dropped with it.
+func (r *Runner) storeNow(ctx context.Context) {
+	if r.killed.Load() {
+		return
+	}
+	if r.writer != nil && r.cfg.bugs.SnapshotBeforeOutputs {
+		_ = r.writer.Drain(ctx)
+	}
+	if r.cfg.Appender != nil {
+		if err := r.outs.appendQueued(ctx, r.cfg.Appender, r.log); err != nil {
+			return
+		}
+	}
+	if r.writer != nil && !r.killed.Load() {
+		_ = r.writer.Drain(ctx)
 	}
 }
 
@@ -634,9 +684,9 @@ func (r *Runner) maybeCapture(tick, pos, hash uint64) (time.Duration, SnapshotKi
 	if forced {
 		r.forceFull.Store(false)
 	}
-	start := time.Now()
+	start := r.clock.Now()
 	r.set.CaptureInto(buf, full)
-	pause := time.Since(start)
+	pause := r.clock.Now().Sub(start)
 	raw := 0
 	for _, tc := range buf.Tables {
 		raw += tc.EncodedLen()
@@ -644,10 +694,14 @@ func (r *Runner) maybeCapture(tick, pos, hash uint64) (time.Duration, SnapshotKi
 	r.sched.Taken(tick, full, raw)
 	r.captures.Add(1)
 	acked := r.outs.acked
+	ready := func(ctx context.Context) error { return acked.wait(ctx, tick) }
+	if r.cfg.bugs.SnapshotBeforeOutputs {
+		ready = nil
+	}
 	r.writer.Submit(snapshot.Job{
 		Meta:    snapshot.Meta{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, OutputSeq: r.cp.OutputSeq, Full: full},
 		Capture: buf,
-		Ready:   func(ctx context.Context) error { return acked.wait(ctx, tick) },
+		Ready:   ready,
 	})
 	kind := DeltaSnapshot
 	if full {

@@ -81,6 +81,16 @@ type SupervisorConfig struct {
 	HistoryTicks int
 	// Logger receives events (nil: slog.Default()).
 	Logger *slog.Logger
+	// Clock is the supervisor's and its runners' time source: death and
+	// live times, the wedge check's period and timeout, and the restart
+	// backoff (nil: SystemClock).
+	Clock Clock
+	// Synchronous makes the runners start no helper goroutines (see
+	// RunnerConfig.Synchronous); the replay simulator sets it.
+	Synchronous bool
+	// Bugs injects known recovery bugs, to prove that the replay simulator
+	// catches them (never set outside its tests).
+	Bugs Bugs
 }
 
 // Recovery reports one recovery of a shard.
@@ -203,6 +213,9 @@ func NewSupervisor(cfg SupervisorConfig) (*Supervisor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
 	s := &Supervisor{cfg: cfg, log: cfg.Logger.With("world", cfg.World), changed: make(chan struct{})}
 	seen := map[uint32]bool{}
 	for _, sp := range cfg.Shards {
@@ -227,16 +240,17 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	clock := s.cfg.Clock
 	for _, sh := range s.shards {
-		s.startIncarnation(ctx, sh, nil, time.Now())
+		s.startIncarnation(ctx, sh, nil, clock.Now())
 	}
 	allDone := make(chan struct{})
 	go func() {
 		s.wg.Wait()
 		close(allDone)
 	}()
-	check := time.NewTicker(max(s.cfg.WedgeTimeout/4, time.Millisecond))
-	defer check.Stop()
+	period := max(s.cfg.WedgeTimeout/4, time.Millisecond)
+	check := clock.After(period)
 	for {
 		select {
 		case <-ctx.Done():
@@ -244,8 +258,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-allDone:
 			return nil
-		case <-check.C:
+		case <-check:
 			s.checkWedged(ctx)
+			check = clock.After(period)
 		}
 	}
 }
@@ -328,7 +343,7 @@ func (s *Supervisor) Abandoned() int { return int(s.abandonN.Load()) }
 func (s *Supervisor) WaitAbandoned(ctx context.Context) error {
 	for s.abandonN.Load() > 0 {
 		select {
-		case <-time.After(5 * time.Millisecond):
+		case <-s.cfg.Clock.After(5 * time.Millisecond):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -431,7 +446,7 @@ func (s *Supervisor) incarnate(ctx context.Context, sh *shardState, inc *incarna
 	for {
 		if backoff > 0 {
 			select {
-			case <-time.After(backoff):
+			case <-s.cfg.Clock.After(backoff):
 			case <-ctx.Done():
 				return
 			}
@@ -447,7 +462,7 @@ func (s *Supervisor) incarnate(ctx context.Context, sh *shardState, inc *incarna
 			s.notify()
 			return
 		}
-		died := time.Now()
+		died := s.cfg.Clock.Now()
 		sh.mu.Lock()
 		sh.deaths++
 		sh.failures++
@@ -486,6 +501,9 @@ func (s *Supervisor) runOnce(ctx context.Context, sh *shardState, inc *incarnati
 	if err == nil {
 		src, err = s.cfg.Open(ctx, shard, restored.Start.Pos+1)
 	}
+	if err == nil && s.cfg.Bugs.SkipCommandsAfterSnapshot && restored.Tip != nil {
+		src = &skipToMarker{src: src}
+	}
 	var r *Runner
 	if err == nil {
 		var snaps *SnapshotConfig
@@ -503,6 +521,7 @@ func (s *Supervisor) runOnce(ctx context.Context, sh *shardState, inc *incarnati
 		r, err = NewRunner(RunnerConfig{
 			World: s.cfg.World, Shard: shard, Sim: restored.Sim, Source: src, Start: restored.Start,
 			Appender: s.cfg.Appender, Recorder: rec, CommandKind: s.cfg.CommandKind, HistoryTicks: 1, Snapshots: snaps, Logger: s.cfg.Logger,
+			Clock: s.cfg.Clock, Synchronous: s.cfg.Synchronous, bugs: s.cfg.Bugs,
 			Observer: func(info TickInfo) { s.observe(sh, rs, info) },
 		})
 	}
@@ -589,7 +608,7 @@ func (s *Supervisor) live(sh *shardState, rs *recoveryState, tick uint64) {
 	sh.failures = 0
 	sh.mu.Unlock()
 	rep := rs.report
-	rep.Live = time.Now()
+	rep.Live = s.cfg.Clock.Now()
 	rep.Duration = rep.Live.Sub(rep.Died)
 	rep.LiveTick = tick
 	rep.Replayed = tick - min(tick, rep.From.Tick)
@@ -613,7 +632,7 @@ func (s *Supervisor) checkWedged(ctx context.Context) {
 			tail, haveTail = t, true
 		}
 	}
-	now := time.Now()
+	now := s.cfg.Clock.Now()
 	for _, sh := range s.shards {
 		sh.mu.Lock()
 		r, done := sh.runner, sh.done

@@ -14,7 +14,9 @@ import (
 // DefaultTickRate is the default world tick rate in ticks per second.
 const DefaultTickRate = 30
 
-// Clock is the time source of a Ticker, injected so tests can drive time.
+// Clock is the time source of a Ticker, a Supervisor and a Runner,
+// injected so that tests and simulators drive time (SystemClock is the
+// real one).
 type Clock interface {
 	Now() time.Time
 	// After returns a channel that receives once d has elapsed.

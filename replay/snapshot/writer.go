@@ -179,6 +179,26 @@ func (w *Writer) Run(ctx context.Context) error {
 	}
 }
 
+// Drain stores the jobs submitted so far, in order, on the caller's
+// goroutine: it is Run for a caller that runs no goroutine for the writer
+// (a synchronous replay.Runner). If ctx ends first it returns ctx.Err() and
+// leaves the rest queued; a writer is either Run or drained, never both.
+func (w *Writer) Drain(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case j := <-w.jobs:
+			w.handle(ctx, j)
+			w.free <- j.Capture
+			w.done.advance(1)
+		default:
+			return nil
+		}
+	}
+}
+
 func (w *Writer) handle(ctx context.Context, j Job) {
 	m := j.Meta
 	m.Shard = w.cfg.Shard

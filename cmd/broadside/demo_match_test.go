@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/replay/bsr"
 )
 
@@ -48,7 +49,7 @@ func TestMatchDemo(t *testing.T) {
 			t.Errorf("--json lacks key %q", k)
 		}
 	}
-	r, game, err := openRecording(rep.Recording)
+	r, game, err := broadside.OpenRecording(rep.Recording)
 	if err != nil {
 		t.Fatal(err)
 	}

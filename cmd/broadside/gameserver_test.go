@@ -84,5 +84,9 @@ func TestWorldTrimsAndRecovers(t *testing.T) {
 
 // appendCommand appends a player command envelope as the server would.
 func appendCommand(ctx context.Context, c *cmdlog.Client, player uint32, seq uint64, pc broadside.PlayerCommand) error {
-	return c.Append(ctx, sbCommand(player, seq, pc))
+	rec, err := broadside.CommandRecord(player, seq, pc)
+	if err != nil {
+		return err
+	}
+	return c.Append(ctx, rec)
 }

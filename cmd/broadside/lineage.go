@@ -583,20 +583,10 @@ func linPrintFrame(w io.Writer, r *lineage.FrameResult) {
 }
 
 // linKindNames names Broadside's command kinds in lineage (CommandInfo.Kind).
-var linKindNames = map[uint8]string{0: "migration", 1: "join", 2: "throttle", 3: "rudder", 4: "fire", 255: "invalid"}
+var linKindNames = broadside.KindNames
 
-// linKindOf classifies a log record: 0 for engine records (migrations), the
-// command kind for player commands, 255 for payloads the game rejects.
-func linKindOf(c *replay.Command) uint8 {
-	if c.Player == 0 {
-		return 0
-	}
-	pc, err := broadside.DecodeCommand(c.Payload)
-	if err != nil {
-		return 255
-	}
-	return uint8(pc.Kind)
-}
+// linKindOf classifies a log record (broadside.KindOf).
+func linKindOf(c *replay.Command) uint8 { return broadside.KindOf(c) }
 
 // linWorld steps the sectors of a Broadside world one by one, each as its
 // own lineage shard, the way one replay.Runner per sector will: the same

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,8 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/shardstore"
 	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/internal/gamebench"
+	"github.com/anoptic/broadside/internal/report"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/spf13/cobra"
@@ -28,62 +29,18 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 )
 
-// Recordings of Broadside matches: one place for what 'serve', 'demo' and
-// 'replay' must agree on.
-//
-//   - The world id is defaultWorldID (gameserver.go), the world serve and
-//     demo run; 'replay export --world' defaults to it.
-//   - The header names the game (broadside.GameName) and its schema version
-//     (broadside.SchemaVersion) and carries the world's broadside.Config
-//     (MarshalBinary), so 'replay info|verify|seek' need no game flags.
-//   - broadsideRecordConfig gives Record the sectors, command kinds and
-//     kind names; recordBroadside runs a whole recording.
+// Recordings of Broadside matches: the world id is defaultWorldID
+// (gameserver.go), the world serve and demo run ('replay export --world'
+// defaults to it); the header, sims and kind names come from the game
+// (broadside.Record, broadside.OpenRecording).
 
-// broadsideHeader returns the recording header of a Broadside world.
-func broadsideHeader(game broadside.Config, world uint32) (bsr.Header, error) {
-	gc, err := game.MarshalBinary()
-	if err != nil {
-		return bsr.Header{}, err
-	}
-	return bsr.Header{Game: broadside.GameName, SchemaVersion: broadside.SchemaVersion, TickRate: broadside.TickRate,
-		Seed: game.Seed, World: world, Shards: uint32(game.Sectors()), GameConfig: gc}, nil
-}
-
-// sectorSims returns a bsr NewSim of game's sectors.
-func sectorSims(game broadside.Config) func(uint32) (replay.TableSim, error) {
-	return func(shard uint32) (replay.TableSim, error) { return broadside.NewSector(game, int(shard)) }
-}
-
-// broadsideRecordConfig returns a RecordConfig for a Broadside world:
-// sims, lineage command kinds and their names. Callers set Source and
-// Writer, and optionally the tick range, policy and progress.
-func broadsideRecordConfig(game broadside.Config) bsr.RecordConfig {
-	return bsr.RecordConfig{NewSim: sectorSims(game), CommandKind: commandKind, KindNames: linKindNames, Logger: quietLogger()}
-}
-
-// recordBroadside records the log src delivers (from position 1) into a
-// new recording at path, with cfg's tick range, policy and progress, and
-// returns the stats and the file's size. It closes the file whatever
-// happens, so what was recorded stays readable.
+// recordBroadside is broadside.Record with the CLI's logger (warnings on
+// stderr) unless cfg has one.
 func recordBroadside(ctx context.Context, path string, game broadside.Config, world uint32, src replay.Source, cfg bsr.RecordConfig) (bsr.RecordStats, int64, error) {
-	h, err := broadsideHeader(game, world)
-	if err != nil {
-		return bsr.RecordStats{}, 0, err
-	}
-	w, err := bsr.Create(path, h, bsr.WriterOptions{})
-	if err != nil {
-		return bsr.RecordStats{}, 0, err
-	}
-	base := broadsideRecordConfig(game)
-	cfg.Source, cfg.Writer, cfg.NewSim, cfg.CommandKind, cfg.KindNames = src, w, base.NewSim, base.CommandKind, base.KindNames
 	if cfg.Logger == nil {
-		cfg.Logger = base.Logger
+		cfg.Logger = quietLogger()
 	}
-	st, err := bsr.Record(ctx, cfg)
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	return st, w.Stats().Bytes, err
+	return broadside.Record(ctx, path, game, world, src, cfg)
 }
 
 // recordMatchEntries records a finished match's log (entries from
@@ -91,29 +48,6 @@ func recordBroadside(ctx context.Context, path string, game broadside.Config, wo
 func recordMatchEntries(ctx context.Context, path string, game broadside.Config, entries []msg.Entry, final uint64) (int64, error) {
 	_, size, err := recordBroadside(ctx, path, game, defaultWorldID, replay.NewSliceSource(entries, 1), bsr.RecordConfig{ToTick: final})
 	return size, err
-}
-
-// openRecording opens a Broadside recording and decodes its world.
-func openRecording(path string) (*bsr.Reader, broadside.Config, error) {
-	r, err := bsr.Open(path)
-	if err != nil {
-		return nil, broadside.Config{}, err
-	}
-	h := r.Header()
-	if h.Game != broadside.GameName {
-		r.Close()
-		return nil, broadside.Config{}, fmt.Errorf("%s is a recording of %q, not of %s", path, h.Game, broadside.GameName)
-	}
-	var game broadside.Config
-	if err := game.UnmarshalBinary(h.GameConfig); err != nil {
-		r.Close()
-		return nil, broadside.Config{}, fmt.Errorf("%s: %w", path, err)
-	}
-	if uint32(game.Sectors()) != h.Shards {
-		r.Close()
-		return nil, broadside.Config{}, fmt.Errorf("%s: %d shards for a world of %d sectors", path, h.Shards, game.Sectors())
-	}
-	return r, game, nil
 }
 
 // schemaWarning says when a recording was made by another version of the
@@ -263,14 +197,14 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 	switch {
 	case o.bots > 0:
 		ticks := uint64(o.minutes * 60 * broadside.TickRate)
-		m, err := newBotMatch(game, o.bots, ticks, o.seed)
+		m, err := gamebench.NewBotMatch(game, o.world, o.bots, ticks, o.seed)
 		if err != nil {
 			return err
 		}
 		src, total = m, ticks
 		what = fmt.Sprintf("a generated match of %d bots, %d ticks", o.bots, ticks)
 	case o.fromFile != "":
-		r, g, err := openRecording(o.fromFile)
+		r, g, err := broadside.OpenRecording(o.fromFile)
 		if err != nil {
 			return err
 		}
@@ -363,10 +297,10 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 		res.TicksPerSecond = float64(st.Ticks+st.FastForward) / st.Took.Seconds()
 	}
 	if o.asJSON {
-		return rpWriteJSON(out, res)
+		return report.WriteJSON(out, res)
 	}
 	fmt.Fprintf(out, "wrote %s: ticks %d..%d (%s of play), %s (%s per minute)\n", o.out, st.FirstTick, st.LastTick,
-		rpPlayTime(st.Ticks), rpBytes(float64(size)), rpBytes(res.BytesPerMinute))
+		report.PlayTime(st.Ticks, broadside.TickRate), report.Bytes(float64(size)), report.Bytes(res.BytesPerMinute))
 	fmt.Fprintf(out, "  %d log entries, %d full and %d delta snapshots; recorded in %.1f s (%.0f ticks/s); stopped: %s\n",
 		st.Entries, st.FullSnapshots, st.DeltaSnapshots, st.Took.Seconds(), res.TicksPerSecond, st.Stopped)
 	return nil
@@ -395,14 +329,14 @@ func newReplayInfoCmd() *cobra.Command {
 		Short: "What a recording holds",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, game, err := openRecording(args[0])
+			r, game, err := broadside.OpenRecording(args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
 			in := r.Info()
 			if asJSON {
-				return rpWriteJSON(cmd.OutOrStdout(), infoJSON(in, game))
+				return report.WriteJSON(cmd.OutOrStdout(), infoJSON(in, game))
 			}
 			printInfo(cmd.OutOrStdout(), in, game)
 			return nil
@@ -442,9 +376,9 @@ func printInfo(w io.Writer, in bsr.Info, game broadside.Config) {
 		if in.BaseTick > 0 {
 			from = fmt.Sprintf("a snapshot of tick %d", in.BaseTick)
 		}
-		fmt.Fprintf(w, "  ticks %d..%d: %s of play, from %s; log positions %d..%d\n", in.FirstTick, in.LastTick, rpPlayTime(in.Ticks), from, in.FirstPos, in.LastPos)
+		fmt.Fprintf(w, "  ticks %d..%d: %s of play, from %s; log positions %d..%d\n", in.FirstTick, in.LastTick, report.PlayTime(in.Ticks, broadside.TickRate), from, in.FirstPos, in.LastPos)
 	}
-	fmt.Fprintf(w, "  %s, %s per minute of play\n", rpBytes(float64(in.FileBytes)), rpBytes(in.BytesPerMinute))
+	fmt.Fprintf(w, "  %s, %s per minute of play\n", report.Bytes(float64(in.FileBytes)), report.Bytes(in.BytesPerMinute))
 	if in.FullSnapshots+in.DeltaSnapshots > 0 {
 		fmt.Fprintf(w, "  snapshots: %d full, %d delta (per sector: one every %.0f ticks, a full one every %.0f)\n",
 			in.FullSnapshots, in.DeltaSnapshots, in.SnapshotEvery, in.FullEvery)
@@ -461,7 +395,7 @@ func printInfo(w io.Writer, in bsr.Info, game broadside.Config) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  chunk\tcount\traw\tin file\tshare\t")
 	for _, k := range in.Chunks {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%.1f%%\t\n", k.Kind, k.Chunks, rpBytes(float64(k.Raw)), rpBytes(float64(k.Stored)), 100*float64(k.Stored)/float64(max(in.FileBytes, 1)))
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%.1f%%\t\n", k.Kind, k.Chunks, report.Bytes(float64(k.Raw)), report.Bytes(float64(k.Stored)), 100*float64(k.Stored)/float64(max(in.FileBytes, 1)))
 	}
 	tw.Flush()
 	schemaWarning(w, h)
@@ -482,7 +416,7 @@ exit status is 1 when the recording does not re-simulate.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			r, game, err := openRecording(args[0])
+			r, game, err := broadside.OpenRecording(args[0])
 			if err != nil {
 				return err
 			}
@@ -501,7 +435,7 @@ exit status is 1 when the recording does not re-simulate.`,
 				return err
 			}
 			if asJSON {
-				if err := rpWriteJSON(out, verifyJSON(res)); err != nil {
+				if err := report.WriteJSON(out, verifyJSON(res)); err != nil {
 					return err
 				}
 			} else {
@@ -533,10 +467,10 @@ func printVerify(w io.Writer, r *bsr.Reader, res bsr.VerifyResult) {
 	rate := float64(res.Ticks) / max(res.Took.Seconds(), 1e-9)
 	if res.OK {
 		fmt.Fprintf(w, "OK: ticks %d..%d (%s of play) × %d sectors re-simulated, every state hash matches; %d chunks checked (%.1f s, %.0f ticks/s)\n",
-			r.FirstTick(), r.LastTick(), rpPlayTime(res.Ticks), h.Shards, res.Chunks, res.Took.Seconds(), rate)
+			r.FirstTick(), r.LastTick(), report.PlayTime(res.Ticks, broadside.TickRate), h.Shards, res.Chunks, res.Took.Seconds(), rate)
 		return
 	}
-	fmt.Fprintf(w, "DIVERGED at tick %d (%s into the match) in sector %d\n", res.FirstTick, rpPlayTime(res.FirstTick), res.Shard)
+	fmt.Fprintf(w, "DIVERGED at tick %d (%s into the match) in sector %d\n", res.FirstTick, report.PlayTime(res.FirstTick, broadside.TickRate), res.Shard)
 	fmt.Fprintf(w, "  state hash: recorded %#x, re-simulated %#x\n", res.Want, res.Got)
 	switch {
 	case res.DiffTick == 0:
@@ -567,12 +501,12 @@ func newReplaySeekCmd() *cobra.Command {
 		Short: "The state of the world at a tick, and how long the seek took",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, game, err := openRecording(args[0])
+			r, game, err := broadside.OpenRecording(args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			sk, err := bsr.NewSeeker(r, sectorSims(game))
+			sk, err := bsr.NewSeeker(r, broadside.SectorSims(game))
 			if err != nil {
 				return err
 			}
@@ -582,7 +516,7 @@ func newReplaySeekCmd() *cobra.Command {
 			}
 			sum := summarize(sk, ships)
 			if asJSON {
-				return rpWriteJSON(cmd.OutOrStdout(), sum)
+				return report.WriteJSON(cmd.OutOrStdout(), sum)
 			}
 			printSeek(cmd.OutOrStdout(), r, sum)
 			return nil
@@ -634,7 +568,7 @@ type shipSummary struct {
 
 func summarize(sk *bsr.Seeker, list int) seekSummary {
 	st := sk.LastSeek()
-	sum := seekSummary{Tick: sk.Tick(), TookMs: rpMs(st.Took), RestoreMs: rpMs(st.Restore), ReplayMs: rpMs(st.Replay),
+	sum := seekSummary{Tick: sk.Tick(), TookMs: report.Ms(st.Took), RestoreMs: report.Ms(st.Restore), ReplayMs: report.Ms(st.Replay),
 		Replayed: st.Replayed, Restored: st.Restored, Snapshots: st.Snapshots, RawBytes: st.RawBytes}
 	var all []broadside.ShipView
 	for i, sim := range sk.Sims() {
@@ -665,9 +599,9 @@ func summarize(sk *bsr.Seeker, list int) seekSummary {
 }
 
 func printSeek(w io.Writer, r *bsr.Reader, s seekSummary) {
-	fmt.Fprintf(w, "tick %d (%s into the match; the recording holds %d..%d)\n", s.Tick, rpPlayTime(s.Tick), r.BaseTick(), r.LastTick())
+	fmt.Fprintf(w, "tick %d (%s into the match; the recording holds %d..%d)\n", s.Tick, report.PlayTime(s.Tick, broadside.TickRate), r.BaseTick(), r.LastTick())
 	fmt.Fprintf(w, "seek took %.2f ms: %d sectors restored from %d snapshots (%s raw) in %.2f ms, up to %d ticks replayed in %.2f ms\n",
-		s.TookMs, s.Restored, s.Snapshots, rpBytes(float64(s.RawBytes)), s.RestoreMs, s.Replayed, s.ReplayMs)
+		s.TookMs, s.Restored, s.Snapshots, report.Bytes(float64(s.RawBytes)), s.RestoreMs, s.Replayed, s.ReplayMs)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "sector\tships\tsunk\tballs\tstate hash (matches the recording)")
 	for _, sec := range s.Sectors {
@@ -988,30 +922,4 @@ func (rp *replayProgress) finish() {
 		rp.bar.SetTotal(-1, true)
 		rp.p.Wait()
 	}
-}
-
-// playTime formats ticks as play time (m:ss.s).
-func rpPlayTime(ticks uint64) string {
-	tenths := ticks * 10 / broadside.TickRate
-	return fmt.Sprintf("%d:%02d.%d", tenths/600, tenths%600/10, tenths%10)
-}
-
-func rpBytes(b float64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", b/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", b/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", b/(1<<10))
-	}
-	return fmt.Sprintf("%.0f B", b)
-}
-
-func rpMs(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
-
-func rpWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/shard"
 	"github.com/anoptic/broadside/cmdlog/shardstore"
 	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/internal/gamebench"
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/bsr"
@@ -127,12 +128,12 @@ func (s *hullBugSector) Hash() uint64 { return s.Tables().Hash() }
 // names the tick, the ship and its hull, and exits with status 1.
 func TestReplayVerifyDivergence(t *testing.T) {
 	game := defaultRecordGame()
-	m, err := newBotMatch(game, 24, 400, 3)
+	m, err := gamebench.NewBotMatch(game, defaultWorldID, 24, 400, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "bug.bsr")
-	h, err := broadsideHeader(game, defaultWorldID)
+	h, err := broadside.RecordingHeader(game, defaultWorldID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,17 +176,17 @@ func TestReplayVerifyDivergence(t *testing.T) {
 // the game's own views: if sector.go's layout changes, this fails.
 func TestDescribedSectorLayout(t *testing.T) {
 	game := defaultRecordGame()
-	m, err := newBotMatch(game, 40, 300, 4)
+	m, err := gamebench.NewBotMatch(game, defaultWorldID, 40, 300, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range m.ticks * 40 {
+	for range m.Ticks() * 40 {
 		if _, err := m.Next(context.Background()); err != nil {
 			break
 		}
 	}
 	balls := 0
-	for _, s := range m.sectors {
+	for _, s := range m.Sectors() {
 		tables := s.Tables().Tables()
 		ids := map[uint32]int{}
 		for i, tb := range tables {
@@ -232,7 +233,7 @@ func itoa(v uint32) string { return strconv.FormatUint(uint64(v), 10) }
 // position order, and records it.
 func TestStoredLogSource(t *testing.T) {
 	game := defaultRecordGame()
-	m, err := newBotMatch(game, 16, 120, 5)
+	m, err := gamebench.NewBotMatch(game, defaultWorldID, 16, 120, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func TestStoredLogSource(t *testing.T) {
 // TestRecordMatchEntries is the helper 'demo' records its match with.
 func TestRecordMatchEntries(t *testing.T) {
 	game := defaultRecordGame()
-	m, _ := newBotMatch(game, 8, 90, 6)
+	m, _ := gamebench.NewBotMatch(game, defaultWorldID, 8, 90, 6)
 	var entries []msg.Entry
 	for {
 		e, err := m.Next(context.Background())
@@ -307,7 +308,7 @@ func TestRecordMatchEntries(t *testing.T) {
 	if err != nil || size == 0 {
 		t.Fatal(size, err)
 	}
-	r, g, err := openRecording(path)
+	r, g, err := broadside.OpenRecording(path)
 	if err != nil || g != game || r.LastTick() != 60 {
 		t.Fatalf("%v %+v", err, g)
 	}

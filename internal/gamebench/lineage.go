@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
 	"time"
 
 	"github.com/anoptic/broadside/demo/broadside"
@@ -175,207 +174,258 @@ type linOrder struct {
 	cmd    broadside.PlayerCommand
 }
 
+// linBench is one run of the lineage benchmark: the planner, an untimed
+// world on which the bots think and which records the whole match
+// (background sealing) for the Why measurement, and the measured world,
+// which replays the planner's orders.
+type linBench struct {
+	ctx     context.Context
+	o       LineageConfig
+	game    broadside.Config
+	rep     *linBenchReport
+	cleanup []func()
+
+	plan, meas *linBenchWorld
+	matchLog   *lineage.Log // the planner's
+	fleet      *broadside.Fleet
+	views      []broadside.ShipView
+	orders     []linOrder // the planner's orders for the next tick
+}
+
 func runLineageBench(ctx context.Context, o LineageConfig) (*linBenchReport, error) {
-	const repTicks = lineage.DefaultRangeTicks
-	cfg := broadside.DefaultConfig()
-	cfg.Seed = o.Seed
-	rep := &linBenchReport{Quick: o.Quick, Ships: o.Ships, Sectors: cfg.Sectors(), Triples: o.Triples,
+	game := broadside.DefaultConfig()
+	game.Seed = o.Seed
+	rep := &linBenchReport{Quick: o.Quick, Ships: o.Ships, Sectors: game.Sectors(), Triples: o.Triples,
 		MatchTicks: o.MatchTicks, MatchMinutes: float64(o.MatchTicks) / broadside.TickRate / 60, WhyDepth: o.Depth, Store: "pebble"}
 	if o.MemoryStore {
 		rep.Store = "memory"
 	}
-	// newStore opens a store (a Pebble one in a temporary directory).
-	var cleanup []func()
+	b := &linBench{ctx: ctx, o: o, game: game, rep: rep, fleet: broadside.NewFleet(o.Seed, true)}
 	defer func() {
-		for i := len(cleanup) - 1; i >= 0; i-- {
-			cleanup[i]()
+		for i := len(b.cleanup) - 1; i >= 0; i-- {
+			b.cleanup[i]()
 		}
 	}()
-	newStore := func() (lineage.Store, error) {
-		if o.MemoryStore {
-			return lineage.NewMemStore(), nil
-		}
-		dir, err := os.MkdirTemp("", "broadside-bench-lineage-")
-		if err != nil {
-			return nil, err
-		}
-		cleanup = append(cleanup, func() { os.RemoveAll(dir) })
-		s, err := lineage.OpenPebble(dir, lineage.PebbleOptions{Logger: o.Logger})
-		if err != nil {
-			return nil, err
-		}
-		cleanup = append(cleanup, func() { s.Close() })
-		return s, nil
+	if err := b.start(); err != nil {
+		return nil, err
 	}
-	newLog := func(background bool) (*lineage.Log, error) {
-		s, err := newStore()
-		if err != nil {
-			return nil, err
-		}
-		if err := lineage.PutKindNames(ctx, s, broadside.KindNames); err != nil {
-			return nil, err
-		}
-		lg := lineage.NewLog(lineage.LogOptions{Store: s, RangeTicks: repTicks, Background: background})
-		cleanup = append(cleanup, func() { lg.Close(ctx) })
-		return lg, nil
+	if err := b.measureOverhead(); err != nil {
+		return nil, err
 	}
-	newWorld := func() (*linBenchWorld, error) {
-		w, err := broadside.NewWorld(cfg)
-		if err != nil {
-			return nil, err
-		}
-		for p := uint32(1); p <= uint32(o.Ships); p++ {
-			if err := w.SubmitCommand(p, broadside.Join()); err != nil {
-				return nil, err
-			}
-		}
-		return &linBenchWorld{w: w}, nil
+	if err := b.finishMatch(); err != nil {
+		return nil, err
 	}
+	ix, err := b.loadIndex()
+	if err != nil {
+		return nil, err
+	}
+	if err := b.measureWhy(ix); err != nil {
+		return nil, err
+	}
+	runtime.KeepAlive(ix)
+	return rep, nil
+}
 
-	// The planner is an untimed world on which the bots think; it records
-	// the whole match (background sealing) for the Why measurement. The
-	// measured world replays its orders.
-	plan, err := newWorld()
+// newStore opens a store (a Pebble one in a temporary directory).
+func (b *linBench) newStore() (lineage.Store, error) {
+	if b.o.MemoryStore {
+		return lineage.NewMemStore(), nil
+	}
+	dir, err := os.MkdirTemp("", "broadside-bench-lineage-")
 	if err != nil {
 		return nil, err
 	}
-	if plan.logs[linRoleBackground], err = newLog(true); err != nil {
-		return nil, err
-	}
-	matchLog := plan.logs[linRoleBackground]
-	meas, err := newWorld()
+	b.cleanup = append(b.cleanup, func() { os.RemoveAll(dir) })
+	s, err := lineage.OpenPebble(dir, lineage.PebbleOptions{Logger: b.o.Logger})
 	if err != nil {
 		return nil, err
 	}
-	if meas.logs[linRoleInline], err = newLog(false); err != nil {
+	b.cleanup = append(b.cleanup, func() { s.Close() })
+	return s, nil
+}
+
+func (b *linBench) newLog(background bool) (*lineage.Log, error) {
+	s, err := b.newStore()
+	if err != nil {
 		return nil, err
 	}
-	if meas.logs[linRoleBackground], err = newLog(true); err != nil {
+	if err := lineage.PutKindNames(b.ctx, s, broadside.KindNames); err != nil {
 		return nil, err
 	}
-	fleet := broadside.NewFleet(o.Seed, true)
-	var views []broadside.ShipView
-	think := func(w *broadside.World, into []linOrder) []linOrder {
-		views = views[:0]
-		w.Ships(func(v broadside.ShipView) { views = append(views, v) })
-		fleet.Act(w.Tick(), views, func(p uint32, c broadside.PlayerCommand) { into = append(into, linOrder{p, c}) })
-		return into
+	lg := lineage.NewLog(lineage.LogOptions{Store: s, RangeTicks: lineage.DefaultRangeTicks, Background: background})
+	b.cleanup = append(b.cleanup, func() { lg.Close(b.ctx) })
+	return lg, nil
+}
+
+func (b *linBench) newWorld() (*linBenchWorld, error) {
+	w, err := broadside.NewWorld(b.game)
+	if err != nil {
+		return nil, err
 	}
-	submit := func(b *linBenchWorld, orders []linOrder) {
-		for _, x := range orders {
-			_ = b.w.SubmitCommand(x.player, x.cmd)
+	for p := uint32(1); p <= uint32(b.o.Ships); p++ {
+		if err := w.SubmitCommand(p, broadside.Join()); err != nil {
+			return nil, err
 		}
 	}
-	var orders []linOrder
-	planTick := func() error {
-		if err := plan.stepOnce(ctx, linRoleBackground); err != nil {
+	return &linBenchWorld{w: w}, nil
+}
+
+// start creates the planner and the measured world with their logs and
+// warms up, both of the measured world's logs recording half the ticks
+// (their buffers grow to a range's size).
+func (b *linBench) start() error {
+	var err error
+	if b.plan, err = b.newWorld(); err != nil {
+		return err
+	}
+	if b.plan.logs[linRoleBackground], err = b.newLog(true); err != nil {
+		return err
+	}
+	b.matchLog = b.plan.logs[linRoleBackground]
+	if b.meas, err = b.newWorld(); err != nil {
+		return err
+	}
+	if b.meas.logs[linRoleInline], err = b.newLog(false); err != nil {
+		return err
+	}
+	if b.meas.logs[linRoleBackground], err = b.newLog(true); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.o.Progress, "bench lineage: %d ships, warming up ...\n", b.o.Ships)
+	for b.plan.w.Tick() < LineageWarmup {
+		if err := b.planTick(); err != nil {
 			return err
 		}
-		plan.step = plan.step[:0]
-		orders = think(plan.w, orders[:0])
-		submit(plan, orders)
-		return nil
-	}
-	// measTick steps the measured world in role and gives it the orders
-	// the planner gave for the next tick.
-	measTick := func(role int) (time.Duration, error) {
-		meas.step = meas.step[:0]
-		if err := meas.stepOnce(ctx, role); err != nil {
-			return 0, err
+		if _, err := b.measTick(linRoleInline + int(b.plan.w.Tick()%2)); err != nil {
+			return err
 		}
-		submit(meas, orders)
-		return meas.step[0], nil
 	}
+	return nil
+}
 
-	// Warm up, both logs recording half the ticks (their buffers grow to
-	// a range's size).
-	fmt.Fprintf(o.Progress, "bench lineage: %d ships, warming up ...\n", o.Ships)
-	for plan.w.Tick() < LineageWarmup {
-		if err := planTick(); err != nil {
-			return nil, err
-		}
-		if _, err := measTick(linRoleInline + int(plan.w.Tick()%2)); err != nil {
-			return nil, err
-		}
+func (b *linBench) submit(to *linBenchWorld) {
+	for _, x := range b.orders {
+		_ = to.w.SubmitCommand(x.player, x.cmd)
 	}
+}
 
+// planTick steps the planner, lets the bots think on it and gives it their
+// orders for the next tick.
+func (b *linBench) planTick() error {
+	if err := b.plan.stepOnce(b.ctx, linRoleBackground); err != nil {
+		return err
+	}
+	b.plan.step = b.plan.step[:0]
+	b.views = b.views[:0]
+	w := b.plan.w
+	w.Ships(func(v broadside.ShipView) { b.views = append(b.views, v) })
+	b.orders = b.orders[:0]
+	b.fleet.Act(w.Tick(), b.views, func(p uint32, c broadside.PlayerCommand) { b.orders = append(b.orders, linOrder{p, c}) })
+	b.submit(b.plan)
+	return nil
+}
+
+// measTick steps the measured world in role and gives it the orders the
+// planner gave for the next tick.
+func (b *linBench) measTick(role int) (time.Duration, error) {
+	b.meas.step = b.meas.step[:0]
+	if err := b.meas.stepOnce(b.ctx, role); err != nil {
+		return 0, err
+	}
+	b.submit(b.meas)
+	return b.meas.step[0], nil
+}
+
+// measureOverhead steps the triples, each tick of a triple in another
+// role, in one of the six orders in turn, then closes the measured world.
+func (b *linBench) measureOverhead() error {
 	perms := [6][3]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}, {2, 1, 0}, {1, 0, 2}}
 	var inRatios, bgRatios []float64
 	var totals [linRoles]time.Duration
 	var ticks [linRoles][]time.Duration
 	var ballSum, ballN float64
-	eventsBefore, ticksBefore := matchLog.Stats(), plan.w.Tick()
-	for tr := 0; tr < o.Triples; tr++ {
+	eventsBefore, ticksBefore := b.matchLog.Stats(), b.plan.w.Tick()
+	for tr := 0; tr < b.o.Triples; tr++ {
 		var t [linRoles]time.Duration
 		for _, role := range perms[tr%len(perms)] {
-			if err := planTick(); err != nil {
-				return nil, err
+			if err := b.planTick(); err != nil {
+				return err
 			}
-			d, err := measTick(role)
+			d, err := b.measTick(role)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			t[role] = d
 			totals[role] += d
 			ticks[role] = append(ticks[role], d)
 		}
-		if meas.w.Hash() != plan.w.Hash() {
-			return nil, fmt.Errorf("tick %d: the measured world diverged from the planner", meas.w.Tick())
+		if b.meas.w.Hash() != b.plan.w.Hash() {
+			return fmt.Errorf("tick %d: the measured world diverged from the planner", b.meas.w.Tick())
 		}
 		inRatios = append(inRatios, float64(t[linRoleInline])/float64(t[linRoleNop]))
 		bgRatios = append(bgRatios, float64(t[linRoleBackground])/float64(t[linRoleNop]))
 		if tr%16 == 0 {
-			ballSum += float64(plan.w.BallCount())
+			ballSum += float64(b.plan.w.BallCount())
 			ballN++
 		}
 		if tr%200 == 199 {
-			fmt.Fprintf(o.Progress, "\rbench lineage: triple %d/%d", tr+1, o.Triples)
+			fmt.Fprintf(b.o.Progress, "\rbench lineage: triple %d/%d", tr+1, b.o.Triples)
 		}
 	}
-	fmt.Fprintln(o.Progress)
-	eventsAfter := matchLog.Stats()
-	n := float64(plan.w.Tick() - ticksBefore)
+	fmt.Fprintln(b.o.Progress)
+	rep := b.rep
+	eventsAfter := b.matchLog.Stats()
+	n := float64(b.plan.w.Tick() - ticksBefore)
 	rep.EventsPerTick = float64(eventsAfter.Events-eventsBefore.Events) / n
 	rep.InputsPerTick = float64(eventsAfter.Inputs-eventsBefore.Inputs) / n
 	rep.BallsInAir = ballSum / max(ballN, 1)
 	overhead := func(role int, ratios []float64) linBenchOverhead {
-		slices.Sort(ratios)
-		ov := linBenchOverhead{RatioMedian: linQuantile(ratios, 0.5), RatioP25: linQuantile(ratios, 0.25), RatioP75: linQuantile(ratios, 0.75),
-			MeanRatio: float64(totals[role]) / float64(totals[linRoleNop]), TickUs: linMedianUs(ticks[role])}
+		ov := linBenchOverhead{RatioMedian: report.ValueQuantile(ratios, 0.5, linRatioUnit), RatioP25: report.ValueQuantile(ratios, 0.25, linRatioUnit),
+			RatioP75: report.ValueQuantile(ratios, 0.75, linRatioUnit), MeanRatio: float64(totals[role]) / float64(totals[linRoleNop]),
+			TickUs: report.Us(report.Quantile(ticks[role], 0.5))}
 		ov.OverheadPct = 100 * (ov.RatioMedian - 1)
 		return ov
 	}
 	rep.Background, rep.Inline = overhead(linRoleBackground, bgRatios), overhead(linRoleInline, inRatios)
 	rep.OverheadPct = rep.Background.OverheadPct
-	rep.TickNopUs = linMedianUs(ticks[linRoleNop])
-	for _, lg := range meas.logs {
+	rep.TickNopUs = report.Us(report.Quantile(ticks[linRoleNop], 0.5))
+	for _, lg := range b.meas.logs {
 		if lg != nil {
-			if err := lg.Close(ctx); err != nil {
-				return nil, err
+			if err := lg.Close(b.ctx); err != nil {
+				return err
 			}
 		}
 	}
-	meas = nil
+	b.meas = nil
+	return nil
+}
 
-	// The rest of the match, recorded by the planner only.
-	for int(plan.w.Tick()) < o.MatchTicks {
-		if err := planTick(); err != nil {
-			return nil, err
+// linRatioUnit is the resolution of the step-time ratios' quantiles.
+const linRatioUnit = 1e-6
+
+// finishMatch plays the rest of the match, recorded by the planner only.
+func (b *linBench) finishMatch() error {
+	for int(b.plan.w.Tick()) < b.o.MatchTicks {
+		if err := b.planTick(); err != nil {
+			return err
 		}
-		if t := plan.w.Tick(); t%600 == 0 {
-			fmt.Fprintf(o.Progress, "\rbench lineage: match tick %d/%d", t, o.MatchTicks)
+		if t := b.plan.w.Tick(); t%600 == 0 {
+			fmt.Fprintf(b.o.Progress, "\rbench lineage: match tick %d/%d", t, b.o.MatchTicks)
 		}
 	}
-	fmt.Fprintln(o.Progress)
-	if err := matchLog.Flush(ctx); err != nil {
-		return nil, err
-	}
+	fmt.Fprintln(b.o.Progress)
+	return b.matchLog.Flush(b.ctx)
+}
 
+// loadIndex loads the match's lineage index, measuring the time and heap
+// it takes, and the store's size.
+func (b *linBench) loadIndex() (*lineage.Index, error) {
+	rep := b.rep
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	start := time.Now()
-	ix, err := lineage.LoadIndex(ctx, matchLog.Store())
+	ix, err := lineage.LoadIndex(b.ctx, b.matchLog.Store())
 	if err != nil {
 		return nil, err
 	}
@@ -386,9 +436,15 @@ func runLineageBench(ctx context.Context, o LineageConfig) (*linBenchReport, err
 	st := ix.Stats()
 	rep.StoredBytes, rep.IndexEvents, rep.IndexEntities = st.Bytes, st.Events, st.Entities
 	rep.BytesPerTick = float64(st.Bytes) / float64(st.LastTick-st.FirstTick+1)
+	return ix, nil
+}
 
+// measureWhy times Why over random (ship, tick) at depth 2, the headline
+// depth and unlimited.
+func (b *linBench) measureWhy(ix *lineage.Index) error {
+	o := b.o
 	rng := rand.New(rand.NewPCG(o.Seed, 0x11e))
-	last := plan.w.Tick()
+	last := b.plan.w.Tick()
 	depths := []int{2, o.Depth, lineage.Unlimited}
 	if o.Depth == 2 || o.Depth < 0 {
 		depths = []int{2, lineage.Unlimited}
@@ -398,8 +454,7 @@ func runLineageBench(ctx context.Context, o LineageConfig) (*linBenchReport, err
 		if depth == lineage.Unlimited {
 			q = max(o.Queries/10, 20)
 		}
-		lat := make([]time.Duration, 0, q)
-		all := make([]time.Duration, 0, q)
+		lat, all := report.NewDurations(), report.NewDurations()
 		var causes, maxCauses int
 		for i := 0; i < q; i++ {
 			ship := broadside.ShipID(uint32(1 + rng.IntN(o.Ships)))
@@ -407,52 +462,26 @@ func runLineageBench(ctx context.Context, o LineageConfig) (*linBenchReport, err
 			t0 := time.Now()
 			r, err := ix.Why(lineage.AnyShard, ship, tick, depth)
 			if err != nil {
-				return nil, fmt.Errorf("why %s at %d: %w", broadside.EntityName(ship), tick, err)
+				return fmt.Errorf("why %s at %d: %w", broadside.EntityName(ship), tick, err)
 			}
 			_ = r.Causes(100)
-			lat = append(lat, time.Since(t0))
+			lat.Record(time.Since(t0))
 			t1 := time.Now()
 			n := len(r.Causes(0))
-			all = append(all, time.Since(t1))
+			all.Record(time.Since(t1))
 			causes += n
 			maxCauses = max(maxCauses, n)
 		}
-		slices.Sort(lat)
-		slices.Sort(all)
-		l := linBenchWhyLatency{Depth: depth, Queries: q, P50Us: linUs(linQuantileD(lat, 0.5)), P99Us: linUs(linQuantileD(lat, 0.99)),
-			MaxUs: linUs(lat[len(lat)-1]), MeanCauses: float64(causes) / float64(q), MaxCauses: maxCauses,
-			ListAllP99Us: linUs(linQuantileD(all, 0.99))}
-		rep.Why = append(rep.Why, l)
+		l := linBenchWhyLatency{Depth: depth, Queries: q, P50Us: report.Us(lat.Quantile(0.5)), P99Us: report.Us(lat.Quantile(0.99)),
+			MaxUs: report.Us(lat.Max()), MeanCauses: float64(causes) / float64(q), MaxCauses: maxCauses,
+			ListAllP99Us: report.Us(all.Quantile(0.99))}
+		b.rep.Why = append(b.rep.Why, l)
 		if depth == o.Depth {
-			rep.WhyP99Us, rep.WhyQueries = l.P99Us, q
+			b.rep.WhyP99Us, b.rep.WhyQueries = l.P99Us, q
 		}
 	}
-	runtime.KeepAlive(ix)
-	return rep, nil
+	return nil
 }
-
-// linQuantile returns the q-quantile of sorted s (nearest rank).
-func linQuantile(s []float64, q float64) float64 {
-	if len(s) == 0 {
-		return 0
-	}
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
-
-func linQuantileD(s []time.Duration, q float64) time.Duration {
-	if len(s) == 0 {
-		return 0
-	}
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
-
-func linMedianUs(ds []time.Duration) float64 {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return linUs(linQuantileD(s, 0.5))
-}
-
-func linUs(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
 func linPrintBench(w io.Writer, r *linBenchReport) {
 	mode := "full"

@@ -236,15 +236,6 @@ func measureSeeks(ctx context.Context, c *seekContender, n int, seed uint64, say
 	return nil
 }
 
-func durQuantile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
-}
-
 func (c *seekContender) under(limit time.Duration) float64 {
 	n := 0
 	for _, d := range c.seeks {
@@ -258,8 +249,8 @@ func (c *seekContender) under(limit time.Duration) float64 {
 func (r *seekBenchResult) json() map[string]any {
 	ours := r.contenders[0]
 	out := map[string]any{
-		"seek_p50_ms":          round3(report.Ms(durQuantile(ours.seeks, 0.5))),
-		"seek_p99_ms":          round3(report.Ms(durQuantile(ours.seeks, 0.99))),
+		"seek_p50_ms":          round3(report.Ms(report.Quantile(ours.seeks, 0.5))),
+		"seek_p99_ms":          round3(report.Ms(report.Quantile(ours.seeks, 0.99))),
 		"seek_max_ms":          round3(report.Ms(slices.Max(ours.seeks))),
 		"seeks_under_16ms":     ours.under(16 * time.Millisecond),
 		"bytes_per_minute":     round3(ours.bytesPerMinute()),
@@ -276,8 +267,8 @@ func (r *seekBenchResult) json() map[string]any {
 	for _, c := range r.contenders[1:] {
 		anchors[c.name] = map[string]any{
 			"model":            c.model,
-			"seek_p50_ms":      round3(report.Ms(durQuantile(c.seeks, 0.5))),
-			"seek_p99_ms":      round3(report.Ms(durQuantile(c.seeks, 0.99))),
+			"seek_p50_ms":      round3(report.Ms(report.Quantile(c.seeks, 0.5))),
+			"seek_p99_ms":      round3(report.Ms(report.Quantile(c.seeks, 0.99))),
 			"bytes_per_minute": round3(c.bytesPerMinute()),
 			"seeks":            len(c.seeks),
 		}
@@ -305,11 +296,11 @@ func (r *seekBenchResult) writeTable(w io.Writer) {
 		for _, v := range c.replayed {
 			rep += v
 		}
-		p99 := durQuantile(c.seeks, 0.99)
+		p99 := report.Quantile(c.seeks, 0.99)
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t%.1f%%\t%.0f\t%s\t%.1f×\t%.2f×\t\n", c.name, len(c.seeks),
-			report.Ms(durQuantile(c.seeks, 0.5)), report.Ms(p99), report.Ms(slices.Max(c.seeks)), 100*c.under(16*time.Millisecond),
+			report.Ms(report.Quantile(c.seeks, 0.5)), report.Ms(p99), report.Ms(slices.Max(c.seeks)), 100*c.under(16*time.Millisecond),
 			float64(rep)/float64(max(1, len(c.replayed))), report.Bytes(c.bytesPerMinute()),
-			float64(p99)/float64(max(1, durQuantile(ours.seeks, 0.99))), c.bytesPerMinute()/ours.bytesPerMinute())
+			float64(p99)/float64(max(1, report.Quantile(ours.seeks, 0.99))), c.bytesPerMinute()/ours.bytesPerMinute())
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -23,8 +23,6 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // SimConfig configures RunSim (`broadside bench sim`). The zero value of
@@ -160,15 +158,15 @@ func (r *simResults) json() simJSON {
 	if s := sum(r.worldTicks); s > 0 {
 		out.TicksPerSec = round1(float64(len(r.worldTicks)) / s.Seconds())
 	}
-	out.CapturePauseP99Us = round1(report.Us(quantile(r.captures, 0.99)))
-	out.SnapshotFullBytes = math.Round(median(r.fullSizes))
-	out.SnapshotIncrementalBytes = math.Round(median(r.deltaSizes))
+	out.CapturePauseP99Us = round1(report.Us(report.Quantile(r.captures, 0.99)))
+	out.SnapshotFullBytes = math.Round(report.ValueQuantile(r.fullSizes, 0.5, 1))
+	out.SnapshotIncrementalBytes = math.Round(report.ValueQuantile(r.deltaSizes, 0.5, 1))
 	out.ReplaySpeedup = round1(r.worldSpeedup())
 	for _, m := range simMinutes {
 		out.RecoveryMs[fmt.Sprint(m)] = round1(report.Ms(r.recoveryMedian(m)))
 	}
-	if q := quantile(r.liveQuiet, 0.99); q > 0 {
-		out.HealthyTickP99Ratio = math.Round(1000*float64(quantile(r.liveRecover, 0.99))/float64(q)) / 1000
+	if q := report.Quantile(r.liveQuiet, 0.99); q > 0 {
+		out.HealthyTickP99Ratio = math.Round(1000*float64(report.Quantile(r.liveRecover, 0.99))/float64(q)) / 1000
 	}
 	return out
 }
@@ -185,7 +183,7 @@ func (r *simResults) recoveryMedian(minutes int) time.Duration {
 	for _, rec := range r.recoveries[minutes] {
 		d = append(d, rec.Duration)
 	}
-	return quantile(d, 0.5)
+	return report.Quantile(d, 0.5)
 }
 
 // runSimBench runs the four phases.
@@ -560,46 +558,58 @@ func (l *timedLog) appended(tick uint64) (time.Time, bool) {
 	return t, ok
 }
 
+// Phases of the live measurement.
+const (
+	liveIdle = iota
+	liveQuiet
+	liveRecovering
+)
+
+// liveSlots files the healthy shards' tick latencies by the slot they
+// fall in.
+type liveSlots struct {
+	res    *simResults
+	mu     sync.Mutex
+	phase  int
+	during bool // shard 0 is recovering
+}
+
+func (l *liveSlots) set(phase int, during bool) {
+	l.mu.Lock()
+	l.phase, l.during = phase, during
+	l.mu.Unlock()
+}
+
+func (l *liveSlots) record(info replay.TickInfo, lat time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	res := l.res
+	switch l.phase {
+	case liveQuiet:
+		res.liveQuiet = append(res.liveQuiet, lat)
+		res.liveStepQuiet = append(res.liveStepQuiet, info.Step)
+	case liveRecovering:
+		res.liveRecover = append(res.liveRecover, lat)
+		res.liveStepRecover = append(res.liveStepRecover, info.Step)
+		if l.during {
+			res.liveDuring = append(res.liveDuring, lat)
+		}
+	}
+}
+
 // live restarts the world on a new supervisor (every shard recovers from
 // its snapshots), runs it in real time and measures the healthy shards'
 // tick latency without, then with, recoveries of shard 0 (phase 4).
 func (w *simWorld) live(ctx context.Context, res *simResults) error {
 	tl := &timedLog{MemLog: w.log, at: map[uint64]time.Time{}}
-	const (
-		quiet = iota + 1
-		recovering
-	)
-	var (
-		mu       sync.Mutex
-		phase    int
-		during   bool // shard 0 is recovering
-		inWindow func(replay.TickInfo, time.Duration)
-	)
-	inWindow = func(info replay.TickInfo, lat time.Duration) {
-		switch phase {
-		case quiet:
-			res.liveQuiet = append(res.liveQuiet, lat)
-			res.liveStepQuiet = append(res.liveStepQuiet, info.Step)
-		case recovering:
-			res.liveRecover = append(res.liveRecover, lat)
-			res.liveStepRecover = append(res.liveStepRecover, info.Step)
-			if during {
-				res.liveDuring = append(res.liveDuring, lat)
-			}
-		}
-	}
+	slots := &liveSlots{res: res}
 	sup, err := w.supervisor(res, func(info replay.TickInfo) {
 		if info.Shard == 0 {
 			return
 		}
-		at, ok := tl.appended(info.Tick)
-		if !ok {
-			return
+		if at, ok := tl.appended(info.Tick); ok {
+			slots.record(info, time.Since(at))
 		}
-		lat := time.Since(at)
-		mu.Lock()
-		inWindow(info, lat)
-		mu.Unlock()
 	})
 	if err != nil {
 		return err
@@ -611,11 +621,18 @@ func (w *simWorld) live(ctx context.Context, res *simResults) error {
 		stopSup()
 		<-supDone
 	}()
+	stopLoad, err := w.startLiveLoad(ctx, tl)
+	if err != nil {
+		return err
+	}
+	defer stopLoad()
+	return w.runSlots(ctx, sup, slots)
+}
 
-	// Real-time ticks and scripted bots (they cannot look at the sectors
-	// while the runners step them).
+// startLiveLoad starts real-time ticks and scripted bots (they cannot
+// look at the sectors while the runners step them) on tl; stop stops them.
+func (w *simWorld) startLiveLoad(ctx context.Context, tl *timedLog) (stop func(), err error) {
 	tctx, stopTicks := context.WithCancel(ctx)
-	defer stopTicks()
 	ticks := make(chan uint64, 64)
 	ticker, err := replay.NewTicker(replay.TickerConfig{World: simWorldID, Log: tl, Rate: broadside.TickRate,
 		OnTick: func(n uint64, _ time.Time) {
@@ -625,7 +642,8 @@ func (w *simWorld) live(ctx context.Context, res *simResults) error {
 			}
 		}})
 	if err != nil {
-		return err
+		stopTicks()
+		return nil, err
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -647,11 +665,16 @@ func (w *simWorld) live(ctx context.Context, res *simResults) error {
 			}
 		}
 	}()
-	defer func() {
+	return func() {
 		stopTicks()
 		wg.Wait()
-	}()
+	}, nil
+}
 
+// runSlots lets the restarted world settle, then alternates quiet slots
+// and slots that start with a kill of shard 0, so that the load of the
+// machine (other processes, GC) weighs on both alike.
+func (w *simWorld) runSlots(ctx context.Context, sup *replay.Supervisor, slots *liveSlots) error {
 	sleep := func(d time.Duration) error {
 		select {
 		case <-time.After(d):
@@ -660,47 +683,38 @@ func (w *simWorld) live(ctx context.Context, res *simResults) error {
 			return ctx.Err()
 		}
 	}
-	slots := int(2 * w.opts.window / time.Second)
-	w.progress("live at 30 ticks/s: restart and settle, then %d one-second slots alternating without and with a recovery of shard 0", slots)
+	n := int(2 * w.opts.window / time.Second)
+	w.progress("live at 30 ticks/s: restart and settle, then %d one-second slots alternating without and with a recovery of shard 0", n)
 	if err := sleep(3 * time.Second); err != nil {
 		return err
 	}
 	for len(w.recovered) > 0 {
 		<-w.recovered
 	}
-	// Alternate quiet slots and slots that start with a kill, so that
-	// the load of the machine (other processes, GC) weighs on both alike.
-	for slot := range slots {
+	defer slots.set(liveIdle, false)
+	for slot := range n {
 		next := time.Now().Add(time.Second)
-		mu.Lock()
-		phase = quiet
-		if slot%2 == 1 {
-			phase, during = recovering, true
-		}
-		mu.Unlock()
-		if slot%2 == 1 {
+		if slot%2 == 0 {
+			slots.set(liveQuiet, false)
+		} else {
+			slots.set(liveRecovering, true)
 			sup.Kill(0)
 			select {
 			case r := <-w.recovered:
 				if r.Err == nil {
-					res.liveRecoveries = append(res.liveRecoveries, r)
+					slots.res.liveRecoveries = append(slots.res.liveRecoveries, r)
 				}
 			case <-time.After(10 * time.Second):
 				return errors.New("live: shard 0 not recovered within 10 s")
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			mu.Lock()
-			during = false
-			mu.Unlock()
+			slots.set(liveRecovering, false)
 		}
 		if err := sleep(time.Until(next)); err != nil {
 			return err
 		}
 	}
-	mu.Lock()
-	phase = 0
-	mu.Unlock()
 	return nil
 }
 
@@ -713,25 +727,25 @@ func (r *simResults) writeTable(out io.Writer) {
 	fmt.Fprintf(tw, "world\t%d ships, %d cannonballs at the end, 2 x 2 sectors, %.0f log records per tick\t\n", r.ships, r.balls, r.records)
 	fmt.Fprintf(tw, "generation\t%d ticks (%.1f simulated min) in %v\t\n", r.genTicks, float64(r.genTicks)/(60*broadside.TickRate), r.genWall.Round(time.Millisecond))
 	fmt.Fprintf(tw, "world tick (lockstep, 4 shards in parallel)\tp50 %.0f µs, p99 %.0f µs -> %.0f ticks/s (%.0fx the 30 Hz target)\t\n",
-		report.Us(quantile(r.worldTicks, 0.5)), report.Us(quantile(r.worldTicks, 0.99)), j.TicksPerSec, j.TicksPerSec/broadside.TickRate)
+		report.Us(report.Quantile(r.worldTicks, 0.5)), report.Us(report.Quantile(r.worldTicks, 0.99)), j.TicksPerSec, j.TicksPerSec/broadside.TickRate)
 	fmt.Fprintf(tw, "world tick CPU (4 steps summed)\tp50 %.0f µs, p99 %.0f µs -> %.0f ticks/s on one core\t\n",
-		report.Us(quantile(r.stepSums, 0.5)), report.Us(quantile(r.stepSums, 0.99)), perSec(quantile(r.stepSums, 0.5)))
+		report.Us(report.Quantile(r.stepSums, 0.5)), report.Us(report.Quantile(r.stepSums, 0.99)), perSec(report.Quantile(r.stepSums, 0.5)))
 	fmt.Fprintf(tw, "capture pause (per shard)\tp50 %.1f µs, p99 %.1f µs, max %.1f µs over %d captures (%d full: p99 %.1f µs); %d skipped (writer busy)\t\n",
-		report.Us(quantile(r.captures, 0.5)), report.Us(quantile(r.captures, 0.99)), report.Us(quantile(r.captures, 1)), len(r.captures),
-		len(r.fullCaps), report.Us(quantile(r.fullCaps, 0.99)), r.skipped)
+		report.Us(report.Quantile(r.captures, 0.5)), report.Us(report.Quantile(r.captures, 0.99)), report.Us(report.Quantile(r.captures, 1)), len(r.captures),
+		len(r.fullCaps), report.Us(report.Quantile(r.fullCaps, 0.99)), r.skipped)
 	ratio := 0.0
 	if j.SnapshotFullBytes > 0 {
 		ratio = 100 * j.SnapshotIncrementalBytes / j.SnapshotFullBytes
 	}
 	fmt.Fprintf(tw, "snapshot size (per shard, median)\tfull %s (raw %s), incremental %s (raw %s) = %.1f%% of full; %d full, %d incremental\t\n",
-		report.Bytes(j.SnapshotFullBytes), report.Bytes(median(r.fullRaw)), report.Bytes(j.SnapshotIncrementalBytes), report.Bytes(median(r.deltaRaw)), ratio,
+		report.Bytes(j.SnapshotFullBytes), report.Bytes(report.ValueQuantile(r.fullRaw, 0.5, 1)), report.Bytes(j.SnapshotIncrementalBytes), report.Bytes(report.ValueQuantile(r.deltaRaw, 0.5, 1)), ratio,
 		len(r.fullSizes), len(r.deltaSizes))
 	var alone []float64
 	for i, d := range r.shardReplay {
 		alone = append(alone, float64(r.replayedTicks[i])/d.Seconds()/broadside.TickRate)
 	}
 	fmt.Fprintf(tw, "replay (x real time)\twhole world in parallel %.0fx (%d ticks); one shard alone: median %.0fx, min %.0fx\t\n",
-		j.ReplaySpeedup, r.replayTicks, median(alone), minOf(alone))
+		j.ReplaySpeedup, r.replayTicks, report.ValueQuantile(alone, 0.5, 0.1), minOf(alone))
 	for _, m := range simMinutes {
 		rs := r.recoveries[m]
 		var ds []time.Duration
@@ -742,18 +756,18 @@ func (r *simResults) writeTable(out io.Writer) {
 			restore = append(restore, report.Ms(rec.Load.Read+rec.Load.Restore))
 		}
 		fmt.Fprintf(tw, "recovery, %g min recording (key %q)\tmedian %.1f ms, max %.1f ms over %d kills; restore median %.1f ms, replayed median %.0f ticks\t\n",
-			float64(m)/float64(o.scale), fmt.Sprint(m), report.Ms(quantile(ds, 0.5)), report.Ms(quantile(ds, 1)), len(rs), median(restore), median(replayed))
+			float64(m)/float64(o.scale), fmt.Sprint(m), report.Ms(report.Quantile(ds, 0.5)), report.Ms(report.Quantile(ds, 1)), len(rs), report.ValueQuantile(restore, 0.5, 1e-3), report.ValueQuantile(replayed, 0.5, 1))
 	}
 	var liveRec []time.Duration
 	for _, rec := range r.liveRecoveries {
 		liveRec = append(liveRec, rec.Duration)
 	}
-	fmt.Fprintf(tw, "live recoveries of shard 0\t%d, median %.1f ms, max %.1f ms\t\n", len(liveRec), report.Ms(quantile(liveRec, 0.5)), report.Ms(quantile(liveRec, 1)))
+	fmt.Fprintf(tw, "live recoveries of shard 0\t%d, median %.1f ms, max %.1f ms\t\n", len(liveRec), report.Ms(report.Quantile(liveRec, 0.5)), report.Ms(report.Quantile(liveRec, 1)))
 	fmt.Fprintf(tw, "healthy shards' tick latency, quiet slots\tp50 %.0f µs, p99 %.0f µs, max %.0f µs (%d ticks); step p99 %.0f µs\t\n",
-		report.Us(quantile(r.liveQuiet, 0.5)), report.Us(quantile(r.liveQuiet, 0.99)), report.Us(quantile(r.liveQuiet, 1)), len(r.liveQuiet), report.Us(quantile(r.liveStepQuiet, 0.99)))
+		report.Us(report.Quantile(r.liveQuiet, 0.5)), report.Us(report.Quantile(r.liveQuiet, 0.99)), report.Us(report.Quantile(r.liveQuiet, 1)), len(r.liveQuiet), report.Us(report.Quantile(r.liveStepQuiet, 0.99)))
 	fmt.Fprintf(tw, "healthy shards' tick latency, slots with a recovery\tp50 %.0f µs, p99 %.0f µs, max %.0f µs (%d ticks; %d during a recovery, p99 %.0f µs); step p99 %.0f µs\t\n",
-		report.Us(quantile(r.liveRecover, 0.5)), report.Us(quantile(r.liveRecover, 0.99)), report.Us(quantile(r.liveRecover, 1)), len(r.liveRecover),
-		len(r.liveDuring), report.Us(quantile(r.liveDuring, 0.99)), report.Us(quantile(r.liveStepRecover, 0.99)))
+		report.Us(report.Quantile(r.liveRecover, 0.5)), report.Us(report.Quantile(r.liveRecover, 0.99)), report.Us(report.Quantile(r.liveRecover, 1)), len(r.liveRecover),
+		len(r.liveDuring), report.Us(report.Quantile(r.liveDuring, 0.99)), report.Us(report.Quantile(r.liveStepRecover, 0.99)))
 	fmt.Fprintf(tw, "healthy tick p99 ratio (with / without recovery)\t%.3f\t\n", j.HealthyTickP99Ratio)
 }
 
@@ -798,7 +812,7 @@ func (r *simResults) writePNG(path string) error {
 	}{{"quiet slots", r.liveQuiet}, {"slots starting with a recovery of shard 0", r.liveRecover}} {
 		var xys plotter.XYs
 		for i, q := range qs {
-			xys = append(xys, plotter.XY{X: float64(i), Y: report.Ms(quantile(series.d, q))})
+			xys = append(xys, plotter.XY{X: float64(i), Y: report.Ms(report.Quantile(series.d, q))})
 		}
 		l, pts, err := plotter.NewLinePoints(xys)
 		if err != nil {
@@ -812,23 +826,5 @@ func (r *simResults) writePNG(path string) error {
 	lat.Add(plotter.NewGrid())
 	lat.NominalX(qnames...)
 
-	const w, h = 7 * vg.Inch, 5 * vg.Inch
-	img := vgimg.New(2*w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	row := []*plot.Plot{rec, lat}
-	canvases := plot.Align([][]*plot.Plot{row}, tiles, dc)
-	for i, p := range row {
-		p.Draw(canvases[0][i])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return report.Chart{Plots: []*plot.Plot{rec, lat}}.WritePNG(path)
 }

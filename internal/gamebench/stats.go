@@ -15,29 +15,7 @@ func orDiscard(l *slog.Logger) *slog.Logger {
 	return l
 }
 
-// Small statistics helpers (exact quantiles of sorted copies).
-
-func quantile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[len(s)/2]
-}
+// Small statistics helpers (quantiles come from report, HdrHistogram).
 
 func minOf(v []float64) float64 {
 	if len(v) == 0 {

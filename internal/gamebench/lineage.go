@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -98,12 +97,7 @@ type LineageConfig struct {
 	Seed uint64
 	// MemoryStore records into memory instead of Pebble.
 	MemoryStore bool
-	// JSONPath, if set, receives the report as JSON.
-	JSONPath string
-	// Logger receives the stores' warnings (nil: none).
-	Logger *slog.Logger
-	// Progress receives progress (nil: none).
-	Progress io.Writer
+	Output
 }
 
 // LineageWarmup is the ticks played before measuring (the battle is in
@@ -116,21 +110,13 @@ func RunLineage(ctx context.Context, cfg LineageConfig, out io.Writer) error {
 	if cfg.Triples < 1 || cfg.Ships < 2 || cfg.MatchTicks < 3*cfg.Triples+LineageWarmup {
 		return fmt.Errorf("need --triples ≥ 1, --ships ≥ 2 and --match-ticks ≥ 3 × triples + %d", LineageWarmup)
 	}
-	if cfg.Progress == nil {
-		cfg.Progress = io.Discard
-	}
-	cfg.Logger = orDiscard(cfg.Logger)
+	cfg.Output = cfg.Output.withDefaults()
 	rep, err := runLineageBench(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	linPrintBench(out, rep)
-	if cfg.JSONPath != "" {
-		if err := report.WriteJSONFile(cfg.JSONPath, rep); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
-	}
-	return nil
+	return cfg.writeJSON(rep)
 }
 
 // Roles of a world in a block.

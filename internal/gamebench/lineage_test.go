@@ -15,7 +15,7 @@ func TestRunLineageTiny(t *testing.T) {
 	js := filepath.Join(t.TempDir(), "lineage.json")
 	var out strings.Builder
 	err := RunLineage(context.Background(), LineageConfig{Ships: 20, Triples: 10, MatchTicks: 3*10 + LineageWarmup + 30,
-		Queries: 20, Depth: 4, Seed: 1, JSONPath: js}, &out)
+		Queries: 20, Depth: 4, Seed: 1, Output: Output{JSONPath: js}}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -37,30 +36,19 @@ type SeekConfig struct {
 	Seed uint64
 	// Dir holds the recordings ("": the system's temporary directory).
 	Dir string
-	// JSONPath, if set, receives the results as JSON.
-	JSONPath string
-	// Logger receives the recorder's warnings (nil: none).
-	Logger *slog.Logger
-	// Progress receives progress lines (nil: none).
-	Progress io.Writer
+	Output
 }
 
 // RunSeek measures seeks in a recording and the anchors' models, and
 // writes the table to out and the JSON file the config names.
 func RunSeek(ctx context.Context, cfg SeekConfig, out io.Writer) error {
-	if cfg.Progress == nil {
-		cfg.Progress = io.Discard
-	}
-	cfg.Logger = orDiscard(cfg.Logger)
+	cfg.Output = cfg.Output.withDefaults()
 	res, err := runSeekBench(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	res.writeTable(out)
-	if cfg.JSONPath != "" {
-		return report.WriteJSONFile(cfg.JSONPath, res.json())
-	}
-	return nil
+	return cfg.writeJSON(res.json())
 }
 
 // seekContender is one recording model measured.

@@ -38,13 +38,10 @@ type SimConfig struct {
 	// Dir is the parent of the snapshot store's temporary directory (""
 	// for the system's temporary directory).
 	Dir string
-	// JSONPath and PNGPath, if set, receive the results as JSON and the
-	// recovery and tick latency charts as a PNG.
-	JSONPath, PNGPath string
-	// Logger receives the engine's warnings (nil: none).
-	Logger *slog.Logger
-	// Progress receives progress lines (nil: none).
-	Progress io.Writer
+	// PNGPath, if set, receives the recovery and tick latency charts as a
+	// PNG.
+	PNGPath string
+	Output
 }
 
 // RunSim benchmarks the simulation shards (generation, recovery, replay
@@ -54,24 +51,20 @@ func RunSim(ctx context.Context, cfg SimConfig, out io.Writer) error {
 	if cfg.Ships < 2 || cfg.Ships > 4000 {
 		return fmt.Errorf("--ships %d out of range [2, 4000]", cfg.Ships)
 	}
+	cfg.Output = cfg.Output.withDefaults()
 	opts := simOptions{ships: cfg.Ships, recoveryTarget: cfg.RecoveryTarget, dir: cfg.Dir,
-		log: orDiscard(cfg.Logger), prog: cfg.Progress}
+		log: cfg.Logger, prog: cfg.Progress}
 	opts.scale, opts.replayTicks, opts.window = 1, 3000, 15*time.Second
 	if cfg.Quick {
 		opts.scale, opts.replayTicks, opts.window = 20, 900, 5*time.Second
-	}
-	if opts.prog == nil {
-		opts.prog = io.Discard
 	}
 	res, err := runSimBench(ctx, opts)
 	if err != nil {
 		return err
 	}
 	res.writeTable(out)
-	if cfg.JSONPath != "" {
-		if err := report.WriteJSONFile(cfg.JSONPath, res.json()); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
+	if err := cfg.writeJSON(res.json()); err != nil {
+		return err
 	}
 	if cfg.PNGPath != "" {
 		if err := res.writePNG(cfg.PNGPath); err != nil {

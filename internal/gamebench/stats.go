@@ -1,19 +1,10 @@
 package gamebench
 
 import (
-	"log/slog"
 	"math"
 	"slices"
 	"time"
 )
-
-// orDiscard is l, or a logger that drops everything.
-func orDiscard(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		return slog.New(slog.DiscardHandler)
-	}
-	return l
-}
 
 // Small statistics helpers (quantiles come from report, HdrHistogram).
 

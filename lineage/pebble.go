@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/anoptic/broadside/internal/pebblelog"
 	"hash/crc32"
 	"log/slog"
 	"math"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/anoptic/broadside/internal/pebbledb"
 )
 
 // Pebble key layout: a one-byte prefix, then for ranges the big-endian
@@ -47,7 +48,7 @@ type PebbleOptions struct {
 // stored value carries a CRC32C (ranges their own, RangeInfo values one
 // appended), checked on read.
 type PebbleStore struct {
-	db    *pebble.DB
+	db    *pebbledb.DB
 	write *pebble.WriteOptions
 	dir   string
 
@@ -59,24 +60,11 @@ var _ Store = (*PebbleStore)(nil)
 
 // OpenPebble opens (creating if needed) the lineage store in dir.
 func OpenPebble(dir string, opts PebbleOptions) (*PebbleStore, error) {
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	logger = logger.With("component", "lineage-pebble", "dir", dir)
-	popts := &pebble.Options{
-		FS:                 opts.FS,
-		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebblelog.New(logger),
-	}
-	if popts.FS == nil {
-		popts.FS = vfs.Default
-	}
-	db, err := pebble.Open(dir, popts)
+	db, err := pebbledb.Open(dir, pebbledb.Options{FS: opts.FS, Logger: opts.Logger, Component: "lineage-pebble"})
 	if err != nil {
 		return nil, fmt.Errorf("lineage: open %s: %w", dir, err)
 	}
-	if err := checkPebbleFormat(db); err != nil {
+	if err := db.CheckFormat([]byte{pebPrefixFormat}, pebFormat, ErrCorrupt); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("lineage: open %s: %w", dir, err)
 	}
@@ -85,25 +73,6 @@ func OpenPebble(dir string, opts PebbleOptions) (*PebbleStore, error) {
 		w = pebble.Sync
 	}
 	return &PebbleStore{db: db, write: w, dir: dir}, nil
-}
-
-func checkPebbleFormat(db *pebble.DB) error {
-	key := []byte{pebPrefixFormat}
-	v, closer, err := db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		if err := db.Set(key, []byte(pebFormat), pebble.Sync); err != nil {
-			return fmt.Errorf("write format marker: %w", err)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("read format marker: %w", err)
-	}
-	defer closer.Close()
-	if string(v) != pebFormat {
-		return fmt.Errorf("%w: format %q, want %q", ErrCorrupt, v, pebFormat)
-	}
-	return nil
 }
 
 func pebRangeKey(prefix byte, shard ShardID, first uint64) []byte {

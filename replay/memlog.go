@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/anoptic/broadside/cmdlog/dedup"
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
 
@@ -18,9 +19,9 @@ var ErrLogClosed = errors.New("replay: log closed")
 
 // MemLog is an in-memory, totally ordered log with cmdlog's client
 // semantics, for tests, benchmarks and offline tools: appends are ordered
-// as they arrive, AppendWithID stores each (client, seq) once (a per-client
-// high-water mark and window, like cmdlog's replicas), reads of positions
-// not yet appended wait, and Trim discards a prefix. Close marks the end:
+// as they arrive, AppendWithID stores each (client, seq) once (the
+// replicas' per-client id windows, cmdlog/dedup), reads of positions not
+// yet appended wait, and Trim discards a prefix. Close marks the end:
 // subscribers then get ErrEndOfLog after the last entry. It is safe for
 // concurrent use.
 type MemLog struct {
@@ -29,13 +30,8 @@ type MemLog struct {
 	first   uint64      // position of entries[0]
 	grown   chan struct{}
 	closed  bool
-	dedup   map[uint64]*idWindow
+	dedup   dedup.Table
 	seq     uint64 // request ids of plain Appends
-}
-
-type idWindow struct {
-	mark  uint64
-	above []uint64
 }
 
 // memClientID is the client id of MemLog.Append's records.
@@ -43,7 +39,7 @@ const memClientID = 1<<62 | 0x6d656d // bit 62 set like cmdlog's random ids
 
 // NewMemLog returns an empty log; its first position is 1.
 func NewMemLog() *MemLog {
-	return &MemLog{first: 1, grown: make(chan struct{}), dedup: map[uint64]*idWindow{}}
+	return &MemLog{first: 1, grown: make(chan struct{}), dedup: dedup.NewTable()}
 }
 
 // Append appends data with a fresh id.
@@ -66,41 +62,13 @@ func (l *MemLog) AppendWithID(ctx context.Context, id msg.RecordID, data []byte)
 	if l.closed {
 		return ErrLogClosed
 	}
-	if !l.add(id) {
+	if !l.dedup.Add(id) {
 		return nil
 	}
 	l.entries = append(l.entries, msg.Entry{Pos: l.first + uint64(len(l.entries)), Record: msg.Record{ID: id, Data: slices.Clone(data)}})
 	close(l.grown)
 	l.grown = make(chan struct{})
 	return nil
-}
-
-// add records id, reporting false if it was seen before.
-func (l *MemLog) add(id msg.RecordID) bool {
-	w := l.dedup[id.Client]
-	if w == nil {
-		w = &idWindow{}
-		l.dedup[id.Client] = w
-	}
-	if id.Seq <= w.mark {
-		return false
-	}
-	i, found := slices.BinarySearch(w.above, id.Seq)
-	if found {
-		return false
-	}
-	if id.Seq != w.mark+1 {
-		w.above = slices.Insert(w.above, i, id.Seq)
-		return true
-	}
-	w.mark++
-	n := 0
-	for n < len(w.above) && w.above[n] == w.mark+1 {
-		w.mark++
-		n++
-	}
-	w.above = append(w.above[:0], w.above[n:]...)
-	return true
 }
 
 // Tail returns the position of the last entry (0 if none was appended).

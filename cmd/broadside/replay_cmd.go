@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/shardstore"
 	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/internal/report"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/bsr"
@@ -46,25 +46,7 @@ func recordMatch(ctx context.Context, path string, game world.Game, id uint32, s
 
 // openRecording opens a Broadside recording and decodes its world.
 func openRecording(path string) (*bsr.Reader, world.Game, broadside.Config, error) {
-	r, err := bsr.Open(path)
-	if err != nil {
-		return nil, world.Game{}, broadside.Config{}, err
-	}
-	h := r.Header()
-	if h.Game != broadside.GameName {
-		r.Close()
-		return nil, world.Game{}, broadside.Config{}, fmt.Errorf("%s is a recording of %q, not of %s", path, h.Game, broadside.GameName)
-	}
-	game, cfg, err := broadside.GameOf(h.GameConfig)
-	if err != nil {
-		r.Close()
-		return nil, world.Game{}, cfg, fmt.Errorf("%s: %w", path, err)
-	}
-	if uint32(game.Shards) != h.Shards {
-		r.Close()
-		return nil, world.Game{}, cfg, fmt.Errorf("%s: %d shards for a world of %d sectors", path, h.Shards, game.Shards)
-	}
-	return r, game, cfg, nil
+	return broadside.OpenRecording(path)
 }
 
 // schemaWarning says when a recording was made by another version of the
@@ -348,10 +330,10 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 		res.TicksPerSecond = float64(st.Ticks+st.FastForward) / st.Took.Seconds()
 	}
 	if o.asJSON {
-		return rpWriteJSON(out, res)
+		return report.WriteJSON(out, res)
 	}
 	fmt.Fprintf(out, "wrote %s: ticks %d..%d (%s of play), %s (%s per minute)\n", o.out, st.FirstTick, st.LastTick,
-		rpPlayTime(st.Ticks), rpBytes(float64(size)), rpBytes(res.BytesPerMinute))
+		report.PlayTime(st.Ticks, broadside.TickRate), report.Bytes(float64(size)), report.Bytes(res.BytesPerMinute))
 	fmt.Fprintf(out, "  %d log entries, %d full and %d delta snapshots; recorded in %.1f s (%.0f ticks/s); stopped: %s\n",
 		st.Entries, st.FullSnapshots, st.DeltaSnapshots, st.Took.Seconds(), res.TicksPerSecond, st.Stopped)
 	return nil
@@ -394,7 +376,7 @@ snapshots and schedule, its lineage, and the size of each kind of chunk.`,
 			defer r.Close()
 			in := r.Info()
 			if asJSON {
-				return rpWriteJSON(cmd.OutOrStdout(), infoJSON(in, game))
+				return report.WriteJSON(cmd.OutOrStdout(), infoJSON(in, game))
 			}
 			printInfo(cmd.OutOrStdout(), in, game)
 			return nil
@@ -434,9 +416,9 @@ func printInfo(w io.Writer, in bsr.Info, game broadside.Config) {
 		if in.BaseTick > 0 {
 			from = fmt.Sprintf("a snapshot of tick %d", in.BaseTick)
 		}
-		fmt.Fprintf(w, "  ticks %d..%d: %s of play, from %s; log positions %d..%d\n", in.FirstTick, in.LastTick, rpPlayTime(in.Ticks), from, in.FirstPos, in.LastPos)
+		fmt.Fprintf(w, "  ticks %d..%d: %s of play, from %s; log positions %d..%d\n", in.FirstTick, in.LastTick, report.PlayTime(in.Ticks, broadside.TickRate), from, in.FirstPos, in.LastPos)
 	}
-	fmt.Fprintf(w, "  %s, %s per minute of play\n", rpBytes(float64(in.FileBytes)), rpBytes(in.BytesPerMinute))
+	fmt.Fprintf(w, "  %s, %s per minute of play\n", report.Bytes(float64(in.FileBytes)), report.Bytes(in.BytesPerMinute))
 	if in.FullSnapshots+in.DeltaSnapshots > 0 {
 		fmt.Fprintf(w, "  snapshots: %d full, %d delta (per sector: one every %.0f ticks, a full one every %.0f)\n",
 			in.FullSnapshots, in.DeltaSnapshots, in.SnapshotEvery, in.FullEvery)
@@ -453,7 +435,7 @@ func printInfo(w io.Writer, in bsr.Info, game broadside.Config) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  chunk\tcount\traw\tin file\tshare\t")
 	for _, k := range in.Chunks {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%.1f%%\t\n", k.Kind, k.Chunks, rpBytes(float64(k.Raw)), rpBytes(float64(k.Stored)), 100*float64(k.Stored)/float64(max(in.FileBytes, 1)))
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%.1f%%\t\n", k.Kind, k.Chunks, report.Bytes(float64(k.Raw)), report.Bytes(float64(k.Stored)), 100*float64(k.Stored)/float64(max(in.FileBytes, 1)))
 	}
 	tw.Flush()
 	schemaWarning(w, h)
@@ -496,7 +478,7 @@ exit status is 1 when the recording does not re-simulate.`,
 				return err
 			}
 			if asJSON {
-				if err := rpWriteJSON(out, verifyJSON(res)); err != nil {
+				if err := report.WriteJSON(out, verifyJSON(res)); err != nil {
 					return err
 				}
 			} else {
@@ -528,10 +510,10 @@ func printVerify(w io.Writer, r *bsr.Reader, res bsr.VerifyResult) {
 	rate := float64(res.Ticks) / max(res.Took.Seconds(), 1e-9)
 	if res.OK {
 		fmt.Fprintf(w, "OK: ticks %d..%d (%s of play) × %d sectors re-simulated, every state hash matches; %d chunks checked (%.1f s, %.0f ticks/s)\n",
-			r.FirstTick(), r.LastTick(), rpPlayTime(res.Ticks), h.Shards, res.Chunks, res.Took.Seconds(), rate)
+			r.FirstTick(), r.LastTick(), report.PlayTime(res.Ticks, broadside.TickRate), h.Shards, res.Chunks, res.Took.Seconds(), rate)
 		return
 	}
-	fmt.Fprintf(w, "DIVERGED at tick %d (%s into the match) in sector %d\n", res.FirstTick, rpPlayTime(res.FirstTick), res.Shard)
+	fmt.Fprintf(w, "DIVERGED at tick %d (%s into the match) in sector %d\n", res.FirstTick, report.PlayTime(res.FirstTick, broadside.TickRate), res.Shard)
 	fmt.Fprintf(w, "  state hash: recorded %#x, re-simulated %#x\n", res.Want, res.Got)
 	switch {
 	case res.DiffTick == 0:
@@ -585,7 +567,7 @@ ships.`,
 			}
 			sum := summarize(sk, ships)
 			if asJSON {
-				return rpWriteJSON(cmd.OutOrStdout(), sum)
+				return report.WriteJSON(cmd.OutOrStdout(), sum)
 			}
 			printSeek(cmd.OutOrStdout(), r, sum)
 			return nil
@@ -637,7 +619,7 @@ type shipSummary struct {
 
 func summarize(sk *bsr.Seeker, list int) seekSummary {
 	st := sk.LastSeek()
-	sum := seekSummary{Tick: sk.Tick(), TookMs: rpMs(st.Took), RestoreMs: rpMs(st.Restore), ReplayMs: rpMs(st.Replay),
+	sum := seekSummary{Tick: sk.Tick(), TookMs: report.Ms(st.Took), RestoreMs: report.Ms(st.Restore), ReplayMs: report.Ms(st.Replay),
 		Replayed: st.Replayed, Restored: st.Restored, Snapshots: st.Snapshots, RawBytes: st.RawBytes}
 	var all []broadside.ShipView
 	for i, sim := range sk.Sims() {
@@ -668,9 +650,9 @@ func summarize(sk *bsr.Seeker, list int) seekSummary {
 }
 
 func printSeek(w io.Writer, r *bsr.Reader, s seekSummary) {
-	fmt.Fprintf(w, "tick %d (%s into the match; the recording holds %d..%d)\n", s.Tick, rpPlayTime(s.Tick), r.BaseTick(), r.LastTick())
+	fmt.Fprintf(w, "tick %d (%s into the match; the recording holds %d..%d)\n", s.Tick, report.PlayTime(s.Tick, broadside.TickRate), r.BaseTick(), r.LastTick())
 	fmt.Fprintf(w, "seek took %.2f ms: %d sectors restored from %d snapshots (%s raw) in %.2f ms, up to %d ticks replayed in %.2f ms\n",
-		s.TookMs, s.Restored, s.Snapshots, rpBytes(float64(s.RawBytes)), s.RestoreMs, s.Replayed, s.ReplayMs)
+		s.TookMs, s.Restored, s.Snapshots, report.Bytes(float64(s.RawBytes)), s.RestoreMs, s.Replayed, s.ReplayMs)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "sector\tships\tsunk\tballs\tstate hash (matches the recording)")
 	for _, sec := range s.Sectors {
@@ -875,30 +857,4 @@ func (rp *replayProgress) finish() {
 		rp.bar.SetTotal(-1, true)
 		rp.p.Wait()
 	}
-}
-
-// playTime formats ticks as play time (m:ss.s).
-func rpPlayTime(ticks uint64) string {
-	tenths := ticks * 10 / broadside.TickRate
-	return fmt.Sprintf("%d:%02d.%d", tenths/600, tenths%600/10, tenths%10)
-}
-
-func rpBytes(b float64) string {
-	switch {
-	case b >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", b/(1<<30))
-	case b >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", b/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", b/(1<<10))
-	}
-	return fmt.Sprintf("%.0f B", b)
-}
-
-func rpMs(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
-
-func rpWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

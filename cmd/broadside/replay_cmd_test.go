@@ -128,10 +128,7 @@ func (s *hullBugSector) Hash() uint64 { return s.Tables().Hash() }
 // names the tick, the ship and its hull, and exits with status 1.
 func TestReplayVerifyDivergence(t *testing.T) {
 	game := defaultRecordGame()
-	m, err := newBotMatch(game, 24, 400, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := botLog(t, game, 24, 400, 3)
 	path := filepath.Join(t.TempDir(), "bug.bsr")
 	g, err := broadside.NewGame(game, 0)
 	if err != nil {
@@ -176,10 +173,7 @@ func TestReplayVerifyDivergence(t *testing.T) {
 // position order, and records it.
 func TestStoredLogSource(t *testing.T) {
 	game := defaultRecordGame()
-	m, err := newBotMatch(game, 16, 120, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := botLog(t, game, 16, 120, 5)
 	var entries []msg.Entry
 	for {
 		e, err := m.Next(context.Background())
@@ -237,7 +231,7 @@ func TestStoredLogSource(t *testing.T) {
 // TestRecordMatch records a finished match's log and opens it again.
 func TestRecordMatch(t *testing.T) {
 	game := defaultRecordGame()
-	m, _ := newBotMatch(game, 8, 90, 6)
+	m := botLog(t, game, 8, 90, 6)
 	var entries []msg.Entry
 	for {
 		e, err := m.Next(context.Background())
@@ -260,4 +254,15 @@ func TestRecordMatch(t *testing.T) {
 		t.Fatalf("%v %+v", err, cfg)
 	}
 	r.Close()
+}
+
+// botLog returns the log of a bot match of ships ships, ticks long.
+func botLog(t *testing.T, game broadside.Config, ships int, ticks, seed uint64) replay.Source {
+	t.Helper()
+	m, err := broadside.NewBotMatch(game, ships, seed, world.LocalConfig{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m.Source(ticks)
 }

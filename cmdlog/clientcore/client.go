@@ -174,15 +174,6 @@ func New(cfg Config) *Client {
 	return c
 }
 
-// NewResuming returns a client that continues an earlier incarnation's
-// request numbering after lastSeq (used by producers that re-append with
-// deterministic ids after a crash).
-func NewResuming(cfg Config, lastSeq uint64) *Client {
-	c := New(cfg)
-	c.nextSeq = lastSeq
-	return c
-}
-
 // View returns the view the client currently sends to.
 func (c *Client) View() msg.ViewRecord { return c.view }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/anoptic/broadside/cmdlog/dedup"
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
 
@@ -158,7 +159,7 @@ type Replica struct {
 	lastStartedView uint64
 
 	log           []msg.Record // unordered log, arrival order
-	dedup         dedupTable
+	dedup         dedup.Table
 	lastOrderedGP uint64
 	// ordered holds the records at positions stableGP+1..lastOrderedGP,
 	// as the leader ordered them. A flush rewrites them, which repairs
@@ -275,7 +276,7 @@ func New(cfg Config, lastStartedView uint64) *Replica {
 	return &Replica{
 		cfg:             cfg,
 		lastStartedView: lastStartedView,
-		dedup:           newDedupTable(),
+		dedup:           dedup.NewTable(),
 		peerContact:     make(map[msg.NodeID]int64),
 		lastPoll:        -1 << 40,
 		lastJoin:        -1 << 40,
@@ -296,7 +297,7 @@ func Recover(cfg Config, wal []PersistOp) *Replica {
 			}
 		case PersistRecords:
 			for _, rec := range op.Records {
-				if r.dedup.add(rec.ID) {
+				if r.dedup.Add(rec.ID) {
 					r.log = append(r.log, rec)
 				}
 			}
@@ -537,7 +538,7 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 	}
 	var added []msg.Record
 	for _, rec := range m.Records {
-		if r.dedup.add(rec.ID) {
+		if r.dedup.Add(rec.ID) {
 			r.log = append(r.log, rec)
 			added = append(added, rec)
 		}
@@ -1037,7 +1038,7 @@ func (r *Replica) maybeActivate() {
 		Members: f.newMembers,
 		Leader:  r.cfg.ID,
 		StartGP: f.tail,
-		Dedup:   r.dedup.marks(),
+		Dedup:   r.dedup.Marks(),
 	}
 	r.coordRequest(coordActivate, msg.CoordCAS{ExpectRev: f.claimRev, View: f.target})
 }
@@ -1174,9 +1175,9 @@ func (r *Replica) resetToView(v msg.ViewRecord, rev uint64) {
 	r.log = nil
 	r.ordered = nil
 	r.pendingGC = nil
-	r.dedup = dedupFromMarks(v.Dedup)
+	r.dedup = dedup.FromMarks(v.Dedup)
 	if r.cfg.Bugs.ForgetDedup {
-		r.dedup = newDedupTable()
+		r.dedup = dedup.NewTable()
 	}
 	r.lastOrderedGP = v.StartGP
 	r.nextGP = v.StartGP

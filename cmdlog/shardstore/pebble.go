@@ -3,23 +3,17 @@ package shardstore
 import (
 	"errors"
 	"fmt"
-	"github.com/anoptic/broadside/internal/pebblelog"
-	"io"
 	"log/slog"
 	"math"
 	"sync"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/shard"
+	"github.com/anoptic/broadside/internal/pebbledb"
 )
-
-// slowDiskThreshold is how long a disk operation may take before it is
-// logged as slow (Pebble's default).
-const slowDiskThreshold = 5 * time.Second
 
 // ErrClosed is returned by the methods of a Pebble store after Close.
 var ErrClosed = errors.New("shardstore: store is closed")
@@ -102,12 +96,10 @@ type Options struct {
 // Pebble is safe for concurrent use. Close waits for the calls in progress;
 // calls after it return ErrClosed.
 type Pebble struct {
-	db        *pebble.DB
+	db        *pebbledb.DB
 	writeOpts *pebble.WriteOptions // pebble.Sync or pebble.NoSync
 	dir       string
 	fs        vfs.FS // as passed in Options (nil: the OS)
-	// closeFS releases the file system wrapper Open made, if any.
-	closeFS func()
 
 	mu       sync.Mutex
 	idle     sync.Cond // signalled when inflight drops to 0 after Close began
@@ -128,66 +120,18 @@ func Open(dir string, opts Options) (*Pebble, error) {
 	default:
 		return nil, fmt.Errorf("shardstore: open %s: unknown durability %v", dir, opts.Durability)
 	}
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	logger = logger.With("component", "pebble", "dir", dir)
-	fs, fsCloser := opts.FS, io.Closer(nil)
-	if fs == nil {
-		// What Pebble does for a nil FS, except that we own the closer: in
-		// pebble v2.1.7 a failed Open leaks the disk-health ticker
-		// goroutine of the FS it wrapped itself.
-		fs, fsCloser = vfs.WithDiskHealthChecks(vfs.Default, slowDiskThreshold, nil, func(info vfs.DiskSlowInfo) {
-			logger.Warn("slow disk", "op", info.String())
-		})
-	}
-	closeFS := func() {
-		if fsCloser != nil {
-			_ = fsCloser.Close()
-		}
-	}
-	popts := &pebble.Options{
-		FS:                 fs,
-		CacheSize:          opts.CacheSize,
-		MemTableSize:       opts.MemTableSize,
-		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebblelog.New(logger),
-	}
-	db, err := pebble.Open(dir, popts)
+	db, err := pebbledb.Open(dir, pebbledb.Options{FS: opts.FS, Logger: opts.Logger, Component: "pebble",
+		CacheSize: opts.CacheSize, MemTableSize: opts.MemTableSize})
 	if err != nil {
-		closeFS()
 		return nil, fmt.Errorf("shardstore: open %s: %w", dir, err)
 	}
-	if err := checkFormat(db); err != nil {
+	if err := db.CheckFormat(keyFormat, formatVersion, ErrCorrupt); err != nil {
 		_ = db.Close()
-		closeFS()
 		return nil, fmt.Errorf("shardstore: open %s: %w", dir, err)
 	}
-	p := &Pebble{db: db, writeOpts: writeOpts, dir: dir, fs: opts.FS, closeFS: closeFS}
+	p := &Pebble{db: db, writeOpts: writeOpts, dir: dir, fs: opts.FS}
 	p.idle.L = &p.mu
 	return p, nil
-}
-
-// checkFormat verifies the format marker of db, writing it if db has none.
-func checkFormat(db *pebble.DB) error {
-	v, closer, err := db.Get(keyFormat)
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-		// A new store, or one whose creation crashed before the marker was
-		// durable: nothing else can have been written, so write it now.
-		if err := db.Set(keyFormat, []byte(formatVersion), pebble.Sync); err != nil {
-			return fmt.Errorf("write format marker: %w", err)
-		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("read format marker: %w", err)
-	}
-	defer closer.Close()
-	if string(v) != formatVersion {
-		return fmt.Errorf("%w: format %q, want %q", ErrCorrupt, v, formatVersion)
-	}
-	return nil
 }
 
 // acquire registers a call in progress; it fails once Close has begun.
@@ -224,9 +168,7 @@ func (p *Pebble) Close() error {
 		p.idle.Wait()
 	}
 	p.mu.Unlock()
-	err := p.db.Close()
-	p.closeFS()
-	if err != nil {
+	if err := p.db.Close(); err != nil {
 		return fmt.Errorf("shardstore: close: %w", err)
 	}
 	return nil

@@ -16,7 +16,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/codec"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/seq"
-	"github.com/anoptic/broadside/internal/pebblelog"
+	"github.com/anoptic/broadside/internal/pebbledb"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -29,7 +29,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Pebble is a WAL stored in a Pebble database.
 type Pebble struct {
-	db   *pebble.DB
+	db   *pebbledb.DB
 	next uint64
 	buf  []byte
 }
@@ -44,11 +44,7 @@ type Options struct {
 
 // Open opens (creating if needed) the WAL in dir.
 func Open(dir string, opts Options) (*Pebble, error) {
-	po := &pebble.Options{Logger: pebblelog.New(opts.Logger)}
-	if opts.FS != nil {
-		po.FS = opts.FS
-	}
-	db, err := pebble.Open(dir, po)
+	db, err := pebbledb.Open(dir, pebbledb.Options{FS: opts.FS, Logger: opts.Logger, Component: "wal-pebble"})
 	if err != nil {
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
 	}

@@ -11,11 +11,36 @@ import (
 // the tools, tests and benchmarks (the viewer's generated matches, the
 // lineage demo, the seek and sim benchmarks).
 type BotMatch struct {
-	world   *world.LocalWorld
+	world *world.LocalWorld
+	bots  *Bots
+	err   error
+}
+
+// Bots are the players of a generated match: every player joins at tick
+// 1, then a Fleet gives its orders from the ships it sees between ticks.
+type Bots struct {
 	fleet   *Fleet
 	players uint32
 	views   []ShipView
-	err     error
+}
+
+// NewBots returns players bots whose fleet is seeded with seed.
+func NewBots(players int, seed uint64) *Bots {
+	return &Bots{fleet: NewFleet(seed, true), players: uint32(players)}
+}
+
+// Orders gives submit the bots' orders for tick; ships lists the ships
+// of the world (every sector's, between two ticks).
+func (b *Bots) Orders(tick uint64, ships func(func(ShipView)), submit func(player uint32, c PlayerCommand)) {
+	if tick == 1 {
+		for p := uint32(1); p <= b.players; p++ {
+			submit(p, Join())
+		}
+		return
+	}
+	b.views = b.views[:0]
+	ships(func(v ShipView) { b.views = append(b.views, v) })
+	b.fleet.Act(tick, b.views, submit)
 }
 
 // NewBotMatch returns a match of players bots on a world of cfg, their
@@ -31,7 +56,7 @@ func NewBotMatch(cfg Config, players int, seed uint64, lc world.LocalConfig) (*B
 	if err != nil {
 		return nil, err
 	}
-	return &BotMatch{world: w, fleet: NewFleet(seed, true), players: uint32(players)}, nil
+	return &BotMatch{world: w, bots: NewBots(players, seed)}, nil
 }
 
 // World returns the match's LocalWorld.
@@ -52,18 +77,15 @@ func (m *BotMatch) Act(tick uint64) error {
 		}
 		m.err = err
 	}
-	if tick == 1 {
-		for p := uint32(1); p <= m.players; p++ {
-			submit(p, Join())
-		}
-		return m.err
-	}
-	m.views = m.views[:0]
-	for i := range m.world.Shards() {
-		m.Sector(i).Ships(func(v ShipView) { m.views = append(m.views, v) })
-	}
-	m.fleet.Act(tick, m.views, submit)
+	m.bots.Orders(tick, m.ships, submit)
 	return m.err
+}
+
+// ships lists every sector's ships.
+func (m *BotMatch) ships(fn func(ShipView)) {
+	for i := range m.world.Shards() {
+		m.Sector(i).Ships(fn)
+	}
 }
 
 // Step plays the next tick: the bots' orders, then every sector.

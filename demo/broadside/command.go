@@ -125,6 +125,16 @@ func EncodeCommand(c PlayerCommand) ([]byte, error) {
 	return AppendCommand(make([]byte, 0, 2), c)
 }
 
+// CommandRecord returns c as player's command number seq in its log
+// envelope: the record a server appends for it.
+func CommandRecord(player uint32, seq uint64, c PlayerCommand) ([]byte, error) {
+	payload, err := EncodeCommand(c)
+	if err != nil {
+		return nil, err
+	}
+	return wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopePlayerCommand, Player: player, ClientSeq: seq, Payload: payload}), nil
+}
+
 // DecodeCommand decodes and validates a player command payload. It accepts
 // exactly the encodings EncodeCommand produces and never panics.
 func DecodeCommand(b []byte) (PlayerCommand, error) {

@@ -22,7 +22,7 @@ func TestRunTinyAllContenders(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	opts := Tiny()
+	opts := tinyOptions()
 	opts.Dir = t.TempDir()
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	rep, err := Run(ctx, opts)
@@ -165,3 +165,16 @@ func (s *serialSystem) Append(ctx context.Context, _ []byte) error {
 
 func (s *serialSystem) Settle(context.Context) error { return nil }
 func (s *serialSystem) Close() error                 { return nil }
+
+// tinyOptions are options for tests: a few hundred appends per contender.
+func tinyOptions() Options {
+	o := defaults()
+	o.Sizes = []int{100}
+	o.Warmup = 20
+	o.ClosedLoop = []ClosedLoopPhase{{1, 50}, {8, 200}}
+	o.ClosedLoopMaxTime = time.Second
+	o.Rates = []float64{1_000}
+	o.StepDuration = 200 * time.Millisecond
+	o.DrainTime = 500 * time.Millisecond
+	return o
+}

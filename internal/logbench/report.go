@@ -1,22 +1,20 @@
 package logbench
 
 import (
-	"encoding/json"
 	"fmt"
 	"image/color"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"text/tabwriter"
 	"time"
 
+	"github.com/anoptic/broadside/internal/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -186,11 +184,7 @@ func (r *Report) JSON() JSONReport {
 
 // WriteJSONFile writes the JSON report to path.
 func (r *Report) WriteJSONFile(path string) error {
-	b, err := json.MarshalIndent(r.JSON(), "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	return report.WriteJSONFile(path, r.JSON())
 }
 
 // WritePNGFile draws latency (p50 solid, p99 dashed) against achieved
@@ -258,52 +252,35 @@ func (r *Report) WritePNGFile(path string) error {
 		row[i] = p
 	}
 
-	const panelW, panelH, legendH = 7 * vg.Inch, 5 * vg.Inch, 0.7 * vg.Inch
-	width := panelW * vg.Length(len(sizes))
-	img := vgimg.New(width, panelH+legendH)
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-
-	// The legend: contenders in columns of two, then the line styles.
-	strip := draw.Crop(dc, vg.Millimeter*6, 0, panelH, -vg.Millimeter*2)
-	cols := (len(names)+1)/2 + 1
-	colW := (width - vg.Millimeter*6) / vg.Length(cols)
-	for c := range cols {
-		lg := plot.NewLegend()
-		lg.Top, lg.Left = true, true
-		lg.ThumbnailWidth = vg.Points(24)
-		if c < cols-1 {
-			for ci := 2 * c; ci < min(2*c+2, len(names)); ci++ {
-				l, pts := style(ci, false)
-				lg.Add(names[ci], l, pts)
+	// The legend, above the panels: contenders in columns of two, then
+	// the line styles.
+	legend := func(strip draw.Canvas) {
+		strip = draw.Crop(strip, vg.Millimeter*6, 0, 0, -vg.Millimeter*2)
+		cols := (len(names)+1)/2 + 1
+		colW := (strip.Max.X - strip.Min.X) / vg.Length(cols)
+		for c := range cols {
+			lg := plot.NewLegend()
+			lg.Top, lg.Left = true, true
+			lg.ThumbnailWidth = vg.Points(24)
+			if c < cols-1 {
+				for ci := 2 * c; ci < min(2*c+2, len(names)); ci++ {
+					l, pts := style(ci, false)
+					lg.Add(names[ci], l, pts)
+				}
+			} else {
+				solid, _ := style(0, false)
+				dashed, _ := style(0, true)
+				solid.Color, dashed.Color = color.Gray{Y: 80}, color.Gray{Y: 80}
+				lg.Add("p50", solid)
+				lg.Add("p99", dashed)
 			}
-		} else {
-			solid, _ := style(0, false)
-			dashed, _ := style(0, true)
-			solid.Color, dashed.Color = color.Gray{Y: 80}, color.Gray{Y: 80}
-			lg.Add("p50", solid)
-			lg.Add("p99", dashed)
+			lg.Draw(draw.Crop(strip, colW*vg.Length(c), -(colW * vg.Length(cols-c-1)), 0, 0))
 		}
-		lg.Draw(draw.Crop(strip, colW*vg.Length(c), -(colW * vg.Length(cols-c-1)), 0, 0))
 	}
-
-	panels := draw.Crop(dc, 0, 0, 0, -legendH)
-	tiles := draw.Tiles{Rows: 1, Cols: len(sizes), PadX: vg.Millimeter * 6, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	canvases := plot.Align([][]*plot.Plot{row}, tiles, panels)
-	for i, p := range row {
-		p.Draw(canvases[0][i])
+	if err := (report.Chart{Plots: row, Header: legend, HeaderHeight: 0.7 * vg.Inch}).WritePNG(path); err != nil {
+		return fmt.Errorf("logbench: %w", err)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("logbench: png: %w", err)
-	}
-	return f.Close()
+	return nil
 }
 
 // logTicks marks a logarithmic axis at 1, 2 and 5 times powers of ten

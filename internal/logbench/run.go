@@ -117,19 +117,6 @@ func Full() Options {
 	return o
 }
 
-// Tiny returns options for tests: a few hundred appends per contender.
-func Tiny() Options {
-	o := defaults()
-	o.Sizes = []int{100}
-	o.Warmup = 20
-	o.ClosedLoop = []ClosedLoopPhase{{1, 50}, {8, 200}}
-	o.ClosedLoopMaxTime = time.Second
-	o.Rates = []float64{1_000}
-	o.StepDuration = 200 * time.Millisecond
-	o.DrainTime = 500 * time.Millisecond
-	return o
-}
-
 func defaults() Options {
 	return Options{
 		StopAfterFailures: 1,

@@ -88,10 +88,6 @@ func (s *Stream) Abort(code ErrorCode) {
 // middle of a payload, the stream is unusable for reading afterwards.
 func (s *Stream) SetReadDeadline(t time.Time) error { return s.qs.SetReadDeadline(t) }
 
-// SetWriteDeadline makes blocked and future writes of queued frames fail
-// after t (zero means no deadline). A failed write is sticky.
-func (s *Stream) SetWriteDeadline(t time.Time) error { return s.qs.SetWriteDeadline(t) }
-
 // Context is cancelled when the sending side is closed or aborted, or the
 // connection ends.
 func (s *Stream) Context() context.Context { return s.qs.Context() }

@@ -85,9 +85,6 @@ type Vector struct {
 // Len returns the number of elements (0 if the field is absent).
 func (v Vector) Len() int { return int(v.n) }
 
-// Present reports whether the vector's field was set.
-func (v Vector) Present() bool { return v.present }
-
 func (v *Verifier) errorf(name, format string, args ...any) error {
 	return fmt.Errorf("%s: %s: %w", name, fmt.Sprintf(format, args...), ErrMalformed)
 }

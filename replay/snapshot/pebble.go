@@ -5,14 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/anoptic/broadside/internal/pebblelog"
-	"io"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/anoptic/broadside/internal/pebbledb"
 )
 
 // PebbleOptions configure a PebbleStore.
@@ -35,9 +34,8 @@ type PebbleOptions struct {
 // values and deleting old snapshots is one range deletion per kind. Values
 // carry their own CRC32C (see Codec).
 type PebbleStore struct {
-	db      *pebble.DB
-	wo      *pebble.WriteOptions
-	closeFS func()
+	db *pebbledb.DB
+	wo *pebble.WriteOptions
 
 	mu     sync.RWMutex
 	closed bool
@@ -52,34 +50,15 @@ const (
 
 // OpenPebble opens (creating if needed) a snapshot store in dir.
 func OpenPebble(dir string, opts PebbleOptions) (*PebbleStore, error) {
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	logger = logger.With("component", "snapshot-pebble", "dir", dir)
-	fs, closer := opts.FS, io.Closer(nil)
-	if fs == nil {
-		// Own the disk-health wrapper so a failed Open does not leak its
-		// goroutine (pebble v2.1.7 would, for one it made itself).
-		fs, closer = vfs.WithDiskHealthChecks(vfs.Default, 5*time.Second, nil, func(info vfs.DiskSlowInfo) {
-			logger.Warn("slow disk", "op", info.String())
-		})
-	}
-	closeFS := func() {
-		if closer != nil {
-			_ = closer.Close()
-		}
-	}
-	db, err := pebble.Open(dir, &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: pebblelog.New(logger)})
+	db, err := pebbledb.Open(dir, pebbledb.Options{FS: opts.FS, Logger: opts.Logger, Component: "snapshot-pebble"})
 	if err != nil {
-		closeFS()
 		return nil, fmt.Errorf("snapshot: open %s: %w", dir, err)
 	}
 	wo := pebble.Sync
 	if opts.NoSync {
 		wo = pebble.NoSync
 	}
-	return &PebbleStore{db: db, wo: wo, closeFS: closeFS}, nil
+	return &PebbleStore{db: db, wo: wo}, nil
 }
 
 func key(prefix byte, shard uint32, tick uint64) []byte {
@@ -210,9 +189,7 @@ func (s *PebbleStore) Close() error {
 		return nil
 	}
 	s.closed = true
-	err := s.db.Close()
-	s.closeFS()
-	if err != nil {
+	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("snapshot: close: %w", err)
 	}
 	return nil

@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"math"
 	"time"
 )
 
@@ -199,6 +198,3 @@ func (s *Scheduler) Taken(tick uint64, full bool, rawBytes int) {
 func (s *Scheduler) Broken() {
 	s.chain = false
 }
-
-// StepEstimate returns the scheduler's estimate of one step's duration.
-func (s *Scheduler) StepEstimate() time.Duration { return time.Duration(math.Round(s.stepNs)) }

@@ -54,6 +54,3 @@ func (r Record) SetI32(off int, v int32) { binary.LittleEndian.PutUint32(r[off:]
 
 // SetU64 stores v little-endian at off.
 func (r Record) SetU64(off int, v uint64) { binary.LittleEndian.PutUint64(r[off:], v) }
-
-// SetI64 stores v little-endian at off.
-func (r Record) SetI64(off int, v int64) { binary.LittleEndian.PutUint64(r[off:], uint64(v)) }

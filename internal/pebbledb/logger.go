@@ -1,6 +1,4 @@
-// Package pebblelog adapts log/slog to Pebble's logger, for every Pebble
-// database of a node (shard stores, write-ahead logs, lineage stores).
-package pebblelog
+package pebbledb
 
 import (
 	"context"
@@ -11,11 +9,11 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// New returns a pebble.Logger writing to l (slog.Default() if nil).
+// Logger returns a pebble.Logger writing to l (slog.Default() if nil).
 // Routine messages (such as the WALs found on every Open) go to debug
 // level; Fatalf logs and exits the process, as Pebble's contract requires
 // (it calls it when it can no longer tell what is durable).
-func New(l *slog.Logger) pebble.Logger {
+func Logger(l *slog.Logger) pebble.Logger {
 	if l == nil {
 		l = slog.Default()
 	}

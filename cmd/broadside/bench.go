@@ -53,20 +53,23 @@ the command that produced them.`,
 	return cmd
 }
 
+// benchLogFlags are the flags of 'bench log'.
+type benchLogFlags struct {
+	quick      bool
+	jsonPath   string
+	pngPath    string
+	sizes      string
+	duration   time.Duration
+	rates      string
+	contenders string
+	p99Bound   time.Duration
+	profileDir string
+	dir        string
+	noProgress bool
+}
+
 func newBenchLogCmd() *cobra.Command {
-	var (
-		quick      bool
-		jsonPath   string
-		pngPath    string
-		sizes      string
-		duration   time.Duration
-		rates      string
-		contenders string
-		p99Bound   time.Duration
-		profileDir string
-		dir        string
-		noProgress bool
-	)
+	var o benchLogFlags
 	cmd := &cobra.Command{
 		Use:   "log",
 		Short: "Benchmark the command log against Corfu, NATS JetStream and the QUIC floor",
@@ -115,88 +118,101 @@ minute on 2 cores; a full run (the default) takes several minutes.`,
   broadside bench log --sizes 100,4096 --duration 3s
   broadside bench log --contenders lazylog-memory,quic-floor --profile-dir /tmp/prof`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := logbench.Full()
-			if quick {
-				opts = logbench.Quick()
-			}
-			f := cmd.Flags()
-			if f.Changed("sizes") {
-				s, err := parseInts(sizes)
-				if err != nil {
-					return fmt.Errorf("--sizes: %w", err)
-				}
-				opts.Sizes = s
-			}
-			if f.Changed("rates") {
-				r, err := parseInts(rates)
-				if err != nil {
-					return fmt.Errorf("--rates: %w", err)
-				}
-				slices.Sort(r) // the ramp stops at the first unsustained rate
-				opts.Rates = opts.Rates[:0]
-				for _, v := range r {
-					opts.Rates = append(opts.Rates, float64(v))
-				}
-			}
-			if f.Changed("duration") {
-				if duration <= 0 {
-					return errors.New("--duration must be positive")
-				}
-				opts.StepDuration = duration
-			}
-			if f.Changed("p99-bound") {
-				opts.P99Bound = p99Bound
-			}
-			if contenders != "" {
-				opts.Contenders = strings.Split(contenders, ",")
-			}
-			opts.ProfileDir, opts.Dir = profileDir, dir
-			if profileDir != "" {
-				if err := os.MkdirAll(profileDir, 0o755); err != nil {
-					return err
-				}
-			}
-			if !noProgress {
-				opts.Progress = logbench.NewProgress(cmd.ErrOrStderr())
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
-			rep, runErr := logbench.Run(ctx, opts)
-			if rep == nil {
-				return runErr
-			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "\n$ broadside %s\n", strings.Join(os.Args[1:], " "))
-			if err := rep.WriteTable(out); err != nil {
-				return err
-			}
-			if jsonPath != "" {
-				if err := rep.WriteJSONFile(jsonPath); err != nil {
-					return fmt.Errorf("--json: %w", err)
-				}
-			}
-			if pngPath != "" {
-				if err := rep.WritePNGFile(pngPath); err != nil {
-					return fmt.Errorf("--png: %w", err)
-				}
-			}
-			return runErr
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBenchLog(cmd, o) },
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "short run: 100-byte records, short phases, fewer rates (under a minute)")
-	f.StringVar(&jsonPath, "json", "", "write the results as JSON to `FILE`")
-	f.StringVar(&pngPath, "png", "", "write latency-vs-throughput curves as a PNG to `FILE`")
-	f.StringVar(&sizes, "sizes", "100,4096", "record sizes in bytes, comma-separated (--quick: 100)")
-	f.DurationVar(&duration, "duration", 3*time.Second, "how long each open-loop rate is offered (--quick: 500ms)")
-	f.StringVar(&rates, "rates", "", "open-loop target rates in appends/s, comma-separated\n(default 2000,...,400000; --quick: 5000,10000,20000,50000,100000,200000,300000)")
-	f.StringVar(&contenders, "contenders", "", "run only these contenders, comma-separated (default: all: "+strings.Join(logbench.ContenderNames(), ",")+")")
-	f.DurationVar(&p99Bound, "p99-bound", 50*time.Millisecond, "p99 latency a sustained rate must stay under")
-	f.StringVar(&profileDir, "profile-dir", "", "write a CPU profile per contender to `DIR`/<name>.pprof (go tool pprof)")
-	f.StringVar(&dir, "dir", "", "parent `DIR` of the contenders' temporary storage (default: the system temp dir)")
-	f.BoolVar(&noProgress, "no-progress", false, "no progress display on stderr")
+	f.BoolVar(&o.quick, "quick", false, "short run: 100-byte records, short phases, fewer rates (under a minute)")
+	f.StringVar(&o.jsonPath, "json", "", "write the results as JSON to `FILE`")
+	f.StringVar(&o.pngPath, "png", "", "write latency-vs-throughput curves as a PNG to `FILE`")
+	f.StringVar(&o.sizes, "sizes", "100,4096", "record sizes in bytes, comma-separated (--quick: 100)")
+	f.DurationVar(&o.duration, "duration", 3*time.Second, "how long each open-loop rate is offered (--quick: 500ms)")
+	f.StringVar(&o.rates, "rates", "", "open-loop target rates in appends/s, comma-separated\n(default 2000,...,400000; --quick: 5000,10000,20000,50000,100000,200000,300000)")
+	f.StringVar(&o.contenders, "contenders", "", "run only these contenders, comma-separated (default: all: "+strings.Join(logbench.ContenderNames(), ",")+")")
+	f.DurationVar(&o.p99Bound, "p99-bound", 50*time.Millisecond, "p99 latency a sustained rate must stay under")
+	f.StringVar(&o.profileDir, "profile-dir", "", "write a CPU profile per contender to `DIR`/<name>.pprof (go tool pprof)")
+	f.StringVar(&o.dir, "dir", "", "parent `DIR` of the contenders' temporary storage (default: the system temp dir)")
+	f.BoolVar(&o.noProgress, "no-progress", false, "no progress display on stderr")
 	return cmd
+}
+
+// options turns the flags of cmd into the benchmark's options: the full
+// or quick run, with what the flags given change.
+func (o benchLogFlags) options(cmd *cobra.Command) (logbench.Options, error) {
+	opts := logbench.Full()
+	if o.quick {
+		opts = logbench.Quick()
+	}
+	f := cmd.Flags()
+	if f.Changed("sizes") {
+		s, err := parseInts(o.sizes)
+		if err != nil {
+			return opts, fmt.Errorf("--sizes: %w", err)
+		}
+		opts.Sizes = s
+	}
+	if f.Changed("rates") {
+		r, err := parseInts(o.rates)
+		if err != nil {
+			return opts, fmt.Errorf("--rates: %w", err)
+		}
+		slices.Sort(r) // the ramp stops at the first unsustained rate
+		opts.Rates = opts.Rates[:0]
+		for _, v := range r {
+			opts.Rates = append(opts.Rates, float64(v))
+		}
+	}
+	if f.Changed("duration") {
+		if o.duration <= 0 {
+			return opts, errors.New("--duration must be positive")
+		}
+		opts.StepDuration = o.duration
+	}
+	if f.Changed("p99-bound") {
+		opts.P99Bound = o.p99Bound
+	}
+	if o.contenders != "" {
+		opts.Contenders = strings.Split(o.contenders, ",")
+	}
+	opts.ProfileDir, opts.Dir = o.profileDir, o.dir
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return opts, err
+		}
+	}
+	if !o.noProgress {
+		opts.Progress = logbench.NewProgress(cmd.ErrOrStderr())
+	}
+	return opts, nil
+}
+
+// runBenchLog runs the benchmark and writes its table, --json and --png.
+func runBenchLog(cmd *cobra.Command, o benchLogFlags) error {
+	opts, err := o.options(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+	defer stop()
+	rep, runErr := logbench.Run(ctx, opts)
+	if rep == nil {
+		return runErr
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "\n$ broadside %s\n", strings.Join(os.Args[1:], " "))
+	if err := rep.WriteTable(out); err != nil {
+		return err
+	}
+	if o.jsonPath != "" {
+		if err := rep.WriteJSONFile(o.jsonPath); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	if o.pngPath != "" {
+		if err := rep.WritePNGFile(o.pngPath); err != nil {
+			return fmt.Errorf("--png: %w", err)
+		}
+	}
+	return runErr
 }
 
 // parseInts parses a comma-separated list of positive integers.

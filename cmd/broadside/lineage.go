@@ -21,8 +21,7 @@ func newLineageCmd() *cobra.Command { return newLineageCmdWith(nil) }
 // newLineageCmdWith is newLineageCmd answering from store instead of
 // --store (a running server answers its admin endpoint this way).
 func newLineageCmdWith(store lineage.Store) *cobra.Command {
-	var storeDir, serverURL string
-	var asJSON bool
+	lf := &lineageFlags{store: store}
 	cmd := &cobra.Command{
 		Use:   "lineage",
 		Short: "Ask which commands made a frame, and what a command changed",
@@ -54,51 +53,79 @@ re-simulating the match without a command.`,
   broadside lineage frame --server http://127.0.0.1:9090 --tick 300`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&storeDir, "store", "", "lineage store `DIR` (Pebble)")
+	pf.StringVar(&lf.storeDir, "store", "", "lineage store `DIR` (Pebble)")
 	if store == nil {
-		pf.StringVar(&serverURL, "server", "", "ask a running server's admin endpoint (`URL`, e.g. http://127.0.0.1:9090) instead of a store")
+		pf.StringVar(&lf.serverURL, "server", "", "ask a running server's admin endpoint (`URL`, e.g. http://127.0.0.1:9090) instead of a store")
 	}
-	pf.BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	pf.BoolVar(&lf.asJSON, "json", false, "print JSON instead of text")
+	cmd.AddCommand(newLineageWhyCmd(lf), newLineageAffectedCmd(lf), newLineageFrameCmd(lf), newLineageInfoCmd(lf), newLineageDemoCmd(lf))
+	return cmd
+}
 
-	// withIndex opens the store read side and indexes it.
-	withIndex := func(cmd *cobra.Command, fn func(ix *lineage.Index) error) error {
-		if serverURL != "" {
-			return linAskServer(cmd, serverURL)
-		}
-		if store != nil {
-			ix, err := lineage.LoadIndex(cmd.Context(), store)
-			if err != nil {
-				return err
-			}
-			if ix.Stats().Ranges == 0 {
-				return errors.New("the server has stored no lineage yet (it stores it at snapshots: try again in a moment)")
-			}
-			return fn(ix)
-		}
-		if storeDir == "" {
-			return errors.New("--store DIR or --server URL is required")
-		}
-		if _, err := os.Stat(storeDir); err != nil {
-			return fmt.Errorf("lineage store %s: %w", storeDir, err)
-		}
-		s, err := lineage.OpenPebble(storeDir, lineage.PebbleOptions{Logger: quietLogger()})
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		ix, err := lineage.LoadIndex(cmd.Context(), s)
+// lineageFlags are the flags every lineage subcommand shares: where the
+// lineage is and how to print it.
+type lineageFlags struct {
+	storeDir, serverURL string
+	asJSON              bool
+	// store, if not nil, answers instead of --store.
+	store lineage.Store
+}
+
+// withIndex runs fn on an index of the lineage, or sends the query of cmd
+// to --server and prints its answer.
+func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index) error) error {
+	if lf.serverURL != "" {
+		return linAskServer(cmd, lf.serverURL)
+	}
+	if lf.store != nil {
+		ix, err := lineage.LoadIndex(cmd.Context(), lf.store)
 		if err != nil {
 			return err
 		}
 		if ix.Stats().Ranges == 0 {
-			return fmt.Errorf("lineage store %s holds no lineage", storeDir)
+			return errors.New("the server has stored no lineage yet (it stores it at snapshots: try again in a moment)")
 		}
 		return fn(ix)
 	}
+	if lf.storeDir == "" {
+		return errors.New("--store DIR or --server URL is required")
+	}
+	if _, err := os.Stat(lf.storeDir); err != nil {
+		return fmt.Errorf("lineage store %s: %w", lf.storeDir, err)
+	}
+	s, err := lineage.OpenPebble(lf.storeDir, lineage.PebbleOptions{Logger: quietLogger()})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ix, err := lineage.LoadIndex(cmd.Context(), s)
+	if err != nil {
+		return err
+	}
+	if ix.Stats().Ranges == 0 {
+		return fmt.Errorf("lineage store %s holds no lineage", lf.storeDir)
+	}
+	return fn(ix)
+}
 
-	var entity string
-	var tick uint64
-	var shard, depth, limit int
+// print writes v as JSON with --json, or calls text.
+func (lf *lineageFlags) print(w io.Writer, v func() any, text func()) error {
+	if lf.asJSON {
+		return linWriteJSON(w, v())
+	}
+	text()
+	return nil
+}
+
+// lineageWhyFlags are the flags of 'lineage why'.
+type lineageWhyFlags struct {
+	entity              string
+	tick                uint64
+	shard, depth, limit int
+}
+
+func newLineageWhyCmd(lf *lineageFlags) *cobra.Command {
+	var o lineageWhyFlags
 	why := &cobra.Command{
 		Use:   "why",
 		Short: "Which commands, players and entities made an entity's state at a tick",
@@ -110,42 +137,50 @@ derivations before then, across sectors, up to --depth derivations.`,
   broadside lineage why --store /tmp/bs-lineage --entity ship:27 --tick 1120
   broadside lineage why --store /tmp/bs-lineage --entity ship:27 --tick 1120 --depth 0 --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := linParseEntity(entity)
-			if err != nil {
-				return err
-			}
-			sh := lineage.AnyShard
-			if shard >= 0 {
-				sh = lineage.ShardID(shard)
-			}
-			return withIndex(cmd, func(ix *lineage.Index) error {
-				r, err := ix.Why(sh, e, tick, depth)
-				switch {
-				case errors.Is(err, lineage.ErrUnknownEntity):
-					return fmt.Errorf("no lineage recorded for %s up to tick %d", linEntityName(e), tick)
-				case errors.Is(err, lineage.ErrUnknownShard):
-					return fmt.Errorf("no lineage recorded for sector %d", shard)
-				case err != nil:
-					return err
-				}
-				if asJSON {
-					return linWriteJSON(cmd.OutOrStdout(), linNames.Why(r, limit))
-				}
-				linNames.PrintWhy(cmd.OutOrStdout(), r, limit)
-				return nil
-			})
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runLineageWhy(cmd, lf, o) },
 	}
-	why.Flags().StringVar(&entity, "entity", "", "the entity: ship:PLAYER, ball:PLAYER.N or a numeric id")
-	why.Flags().Uint64Var(&tick, "tick", 0, "the tick (its end state)")
-	why.Flags().IntVar(&shard, "shard", -1, "the sector the frame is from (-1: wherever the entity was)")
-	why.Flags().IntVar(&depth, "depth", 4, "derivations to follow (0: the entity's own commands; -1: no limit)")
-	why.Flags().IntVar(&limit, "limit", 40, "commands to list, nearest first (0: all)")
+	why.Flags().StringVar(&o.entity, "entity", "", "the entity: ship:PLAYER, ball:PLAYER.N or a numeric id")
+	why.Flags().Uint64Var(&o.tick, "tick", 0, "the tick (its end state)")
+	why.Flags().IntVar(&o.shard, "shard", -1, "the sector the frame is from (-1: wherever the entity was)")
+	why.Flags().IntVar(&o.depth, "depth", 4, "derivations to follow (0: the entity's own commands; -1: no limit)")
+	why.Flags().IntVar(&o.limit, "limit", 40, "commands to list, nearest first (0: all)")
 	_ = why.MarkFlagRequired("entity")
 	_ = why.MarkFlagRequired("tick")
+	return why
+}
 
-	var pos, ticks, until uint64
+func runLineageWhy(cmd *cobra.Command, lf *lineageFlags, o lineageWhyFlags) error {
+	e, err := linParseEntity(o.entity)
+	if err != nil {
+		return err
+	}
+	sh := lineage.AnyShard
+	if o.shard >= 0 {
+		sh = lineage.ShardID(o.shard)
+	}
+	return lf.withIndex(cmd, func(ix *lineage.Index) error {
+		r, err := ix.Why(sh, e, o.tick, o.depth)
+		switch {
+		case errors.Is(err, lineage.ErrUnknownEntity):
+			return fmt.Errorf("no lineage recorded for %s up to tick %d", linEntityName(e), o.tick)
+		case errors.Is(err, lineage.ErrUnknownShard):
+			return fmt.Errorf("no lineage recorded for sector %d", o.shard)
+		case err != nil:
+			return err
+		}
+		w := cmd.OutOrStdout()
+		return lf.print(w, func() any { return linNames.Why(r, o.limit) }, func() { linNames.PrintWhy(w, r, o.limit) })
+	})
+}
+
+// lineageAffectedFlags are the flags of 'lineage affected'.
+type lineageAffectedFlags struct {
+	pos, ticks, until uint64
+	limit             int
+}
+
+func newLineageAffectedCmd(lf *lineageFlags) *cobra.Command {
+	var o lineageAffectedFlags
 	affected := &cobra.Command{
 		Use:   "affected",
 		Short: "Every entity a command influenced, transitively, and from which tick",
@@ -167,37 +202,40 @@ did. Log positions come from 'lineage why', 'lineage frame' or
   broadside lineage affected --store /tmp/bs-lineage --pos 3796 --ticks 150
   broadside lineage affected --store /tmp/bs-lineage --pos 3796 --until 1200 --limit 0 --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withIndex(cmd, func(ix *lineage.Index) error {
-				through := until
-				if through == 0 && ticks > 0 {
-					c, ok := ix.Command(pos)
-					if !ok {
-						return fmt.Errorf("no record at position %d in the lineage store", pos)
-					}
-					through = c.Tick + ticks
-				}
-				r, err := ix.Affected(pos, through)
-				if errors.Is(err, lineage.ErrUnknownCommand) {
-					return fmt.Errorf("the record at position %d was applied to no entity in the stored lineage", pos)
-				}
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return linWriteJSON(cmd.OutOrStdout(), linNames.Affected(r))
-				}
-				linNames.PrintAffected(cmd.OutOrStdout(), r, limit)
-				return nil
-			})
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runLineageAffected(cmd, lf, o) },
 	}
-	affected.Flags().Uint64Var(&pos, "pos", 0, "the command's log position")
-	affected.Flags().Uint64Var(&ticks, "ticks", 300, "follow this many ticks after the command's tick (0: to the end of the recording)")
-	affected.Flags().Uint64Var(&until, "until", 0, "follow through this tick (overrides --ticks)")
-	affected.Flags().IntVar(&limit, "limit", 60, "entities to list in text output (0: all)")
+	affected.Flags().Uint64Var(&o.pos, "pos", 0, "the command's log position")
+	affected.Flags().Uint64Var(&o.ticks, "ticks", 300, "follow this many ticks after the command's tick (0: to the end of the recording)")
+	affected.Flags().Uint64Var(&o.until, "until", 0, "follow through this tick (overrides --ticks)")
+	affected.Flags().IntVar(&o.limit, "limit", 60, "entities to list in text output (0: all)")
 	_ = affected.MarkFlagRequired("pos")
+	return affected
+}
 
+func runLineageAffected(cmd *cobra.Command, lf *lineageFlags, o lineageAffectedFlags) error {
+	return lf.withIndex(cmd, func(ix *lineage.Index) error {
+		through := o.until
+		if through == 0 && o.ticks > 0 {
+			c, ok := ix.Command(o.pos)
+			if !ok {
+				return fmt.Errorf("no record at position %d in the lineage store", o.pos)
+			}
+			through = c.Tick + o.ticks
+		}
+		r, err := ix.Affected(o.pos, through)
+		if errors.Is(err, lineage.ErrUnknownCommand) {
+			return fmt.Errorf("the record at position %d was applied to no entity in the stored lineage", o.pos)
+		}
+		if err != nil {
+			return err
+		}
+		w := cmd.OutOrStdout()
+		return lf.print(w, func() any { return linNames.Affected(r) }, func() { linNames.PrintAffected(w, r, o.limit) })
+	})
+}
+
+func newLineageFrameCmd(lf *lineageFlags) *cobra.Command {
+	var tick uint64
 	frame := &cobra.Command{
 		Use:   "frame",
 		Short: "Every record that was input to a tick, per shard (sector)",
@@ -213,22 +251,22 @@ the range) has none.`,
   broadside lineage frame --store /tmp/bs-lineage --tick 1080 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withIndex(cmd, func(ix *lineage.Index) error {
+			return lf.withIndex(cmd, func(ix *lineage.Index) error {
 				r, err := ix.Frame(tick)
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return linWriteJSON(cmd.OutOrStdout(), linNames.Frame(r))
-				}
-				linNames.PrintFrame(cmd.OutOrStdout(), r)
-				return nil
+				w := cmd.OutOrStdout()
+				return lf.print(w, func() any { return linNames.Frame(r) }, func() { linNames.PrintFrame(w, r) })
 			})
 		},
 	}
 	frame.Flags().Uint64Var(&tick, "tick", 0, "the tick")
 	_ = frame.MarkFlagRequired("tick")
+	return frame
+}
 
+func newLineageInfoCmd(lf *lineageFlags) *cobra.Command {
 	info := &cobra.Command{
 		Use:   "info",
 		Short: "What a lineage store holds",
@@ -243,21 +281,22 @@ oldest lineage as it goes.`,
   broadside lineage info --store /tmp/bs-lineage --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withIndex(cmd, func(ix *lineage.Index) error {
+			return lf.withIndex(cmd, func(ix *lineage.Index) error {
 				st := ix.Stats()
-				if asJSON {
-					return linWriteJSON(cmd.OutOrStdout(), st)
-				}
 				w := cmd.OutOrStdout()
-				ticks := st.LastTick - st.FirstTick + 1
-				fmt.Fprintf(w, "lineage of ticks %d..%d in %d shards: %d ranges, %d bytes (%.0f bytes/tick)\n",
-					st.FirstTick, st.LastTick, st.Shards, st.Ranges, st.Bytes, float64(st.Bytes)/float64(ticks))
-				fmt.Fprintf(w, "%d entities, %d events (%d derivations), %d input records\n", st.Entities, st.Events, st.Derivations, st.Inputs)
-				return nil
+				return lf.print(w, func() any { return st }, func() {
+					ticks := st.LastTick - st.FirstTick + 1
+					fmt.Fprintf(w, "lineage of ticks %d..%d in %d shards: %d ranges, %d bytes (%.0f bytes/tick)\n",
+						st.FirstTick, st.LastTick, st.Shards, st.Ranges, st.Bytes, float64(st.Bytes)/float64(ticks))
+					fmt.Fprintf(w, "%d entities, %d events (%d derivations), %d input records\n", st.Entities, st.Events, st.Derivations, st.Inputs)
+				})
 			})
 		},
 	}
+	return info
+}
 
+func newLineageDemoCmd(lf *lineageFlags) *cobra.Command {
 	var demo sinking.Options
 	demoCmd := &cobra.Command{
 		Use:   "demo",
@@ -272,7 +311,7 @@ orders behind them.`,
   broadside lineage demo --store /tmp/bs-lineage --ships 60 --seed 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			demo.Store, demo.JSON = storeDir, asJSON
+			demo.Store, demo.JSON = lf.storeDir, lf.asJSON
 			return sinking.Run(cmd.Context(), cmd.OutOrStdout(), demo)
 		},
 	}
@@ -280,9 +319,7 @@ orders behind them.`,
 	df.Uint64Var(&demo.Seed, "seed", 3, "world and bot seed")
 	df.IntVar(&demo.Ships, "ships", 48, "ships (one bot each)")
 	df.IntVar(&demo.Ticks, "ticks", 1200, "ticks to play (30 per second)")
-
-	cmd.AddCommand(why, affected, frame, info, demoCmd)
-	return cmd
+	return demoCmd
 }
 
 // Entity names: Broadside's ids carry the kind in the top byte (ship:

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,7 @@ import (
 )
 
 func newLogCmd() *cobra.Command {
-	var cf clusterFlags
+	lc := &logClientFlags{}
 	cmd := &cobra.Command{
 		Use:   "log",
 		Short: "Talk to a command log cluster: append, read, tail, trim",
@@ -27,21 +28,38 @@ values the nodes got). The examples talk to the cluster that the example of
   broadside log read --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --from 1 --n 2
   broadside log trim --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --to 1`,
 	}
-	cf.register(cmd.PersistentFlags())
-	timeout := cmd.PersistentFlags().Duration("timeout", 30*time.Second, "give up after this long")
-	// withClient runs fn with a client of the cluster, bounded by --timeout.
-	withClient := func(cmd *cobra.Command, fn func(ctx context.Context, c *cmdlog.RemoteClient) error) error {
-		ctx, cancel := context.WithTimeout(cmd.Context(), *timeout)
-		defer cancel()
-		c, closeAll, err := cf.dialCluster(ctx, cmdlog.ClientConfig{})
-		if err != nil {
-			return err
-		}
-		defer closeAll()
-		return fn(ctx, c)
-	}
+	lc.cf.register(cmd.PersistentFlags())
+	cmd.PersistentFlags().DurationVar(&lc.timeout, "timeout", 30*time.Second, "give up after this long")
+	cmd.AddCommand(newLogAppendCmd(lc), newLogReadCmd(lc), newLogTailCmd(lc), newLogTrimCmd(lc))
+	return cmd
+}
 
-	var count, concurrency, size int
+// logClientFlags are the flags every 'broadside log' subcommand shares:
+// the cluster and how long to try.
+type logClientFlags struct {
+	cf      clusterFlags
+	timeout time.Duration
+}
+
+// withClient runs fn with a client of the cluster, bounded by --timeout.
+func (lc *logClientFlags) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *cmdlog.RemoteClient) error) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), lc.timeout)
+	defer cancel()
+	c, closeAll, err := lc.cf.dialCluster(ctx, cmdlog.ClientConfig{})
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	return fn(ctx, c)
+}
+
+// logAppendLoad is the generated load of 'log append --count'.
+type logAppendLoad struct {
+	count, concurrency, size int
+}
+
+func newLogAppendCmd(lc *logClientFlags) *cobra.Command {
+	var load logAppendLoad
 	appendCmd := &cobra.Command{
 		Use:   "append [DATA...]",
 		Short: "Append records; each argument is one record, or --count generated ones",
@@ -55,7 +73,7 @@ orders it (see 'log read').`,
   broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls hello world
   broadside log append --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --count 100000 --concurrency 64`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
+			return lc.withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
 				if len(args) > 0 {
 					for _, a := range args {
 						if err := c.Append(ctx, []byte(a)); err != nil {
@@ -65,43 +83,52 @@ orders it (see 'log read').`,
 					fmt.Fprintf(cmd.OutOrStdout(), "appended %d records (durable on every sequencing replica)\n", len(args))
 					return nil
 				}
-				if count <= 0 {
+				if load.count <= 0 {
 					return fmt.Errorf("give records as arguments or --count N")
 				}
-				payload := make([]byte, size)
-				var next, done atomic.Int64
-				var wg sync.WaitGroup
-				errs := make(chan error, concurrency)
-				start := time.Now()
-				for range concurrency {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for next.Add(1) <= int64(count) {
-							if err := c.Append(ctx, payload); err != nil {
-								errs <- err
-								return
-							}
-							done.Add(1)
-						}
-					}()
-				}
-				wg.Wait()
-				el := time.Since(start)
-				close(errs)
-				if err := <-errs; err != nil {
-					return fmt.Errorf("after %d appends: %w", done.Load(), err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "appended %d records of %d bytes in %v (%.0f appends/s, %d concurrent)\n",
-					done.Load(), size, el.Round(time.Millisecond), float64(done.Load())/el.Seconds(), concurrency)
-				return nil
+				return load.run(ctx, cmd.OutOrStdout(), c)
 			})
 		},
 	}
-	appendCmd.Flags().IntVar(&count, "count", 0, "append this many generated records")
-	appendCmd.Flags().IntVar(&concurrency, "concurrency", 16, "concurrent appends (with --count)")
-	appendCmd.Flags().IntVar(&size, "size", 100, "record size in bytes (with --count)")
+	appendCmd.Flags().IntVar(&load.count, "count", 0, "append this many generated records")
+	appendCmd.Flags().IntVar(&load.concurrency, "concurrency", 16, "concurrent appends (with --count)")
+	appendCmd.Flags().IntVar(&load.size, "size", 100, "record size in bytes (with --count)")
+	return appendCmd
+}
 
+// run appends count records of size bytes with concurrency appenders and
+// prints the rate.
+func (l logAppendLoad) run(ctx context.Context, w io.Writer, c *cmdlog.RemoteClient) error {
+	payload := make([]byte, l.size)
+	var next, done atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, l.concurrency)
+	start := time.Now()
+	for range l.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(l.count) {
+				if err := c.Append(ctx, payload); err != nil {
+					errs <- err
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return fmt.Errorf("after %d appends: %w", done.Load(), err)
+	}
+	fmt.Fprintf(w, "appended %d records of %d bytes in %v (%.0f appends/s, %d concurrent)\n",
+		done.Load(), l.size, el.Round(time.Millisecond), float64(done.Load())/el.Seconds(), l.concurrency)
+	return nil
+}
+
+func newLogReadCmd(lc *logClientFlags) *cobra.Command {
 	var from uint64
 	var n int
 	readCmd := &cobra.Command{
@@ -114,7 +141,7 @@ for records not yet stable, up to --timeout.`,
   P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102
   broadside log read --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --from 1 --n 2`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
+			return lc.withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
 				sub := c.Subscribe(from)
 				for i := 0; i < n; i++ {
 					e, err := sub.Next(ctx)
@@ -129,7 +156,10 @@ for records not yet stable, up to --timeout.`,
 	}
 	readCmd.Flags().Uint64Var(&from, "from", 1, "first position")
 	readCmd.Flags().IntVar(&n, "n", 10, "number of records (waits for records not yet stable)")
+	return readCmd
+}
 
+func newLogTailCmd(lc *logClientFlags) *cobra.Command {
 	tailCmd := &cobra.Command{
 		Use:   "tail",
 		Short: "Print the log's tail (every completed append is at or below it)",
@@ -137,7 +167,7 @@ for records not yet stable, up to --timeout.`,
   P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102
   broadside log tail --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
+			return lc.withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
 				t, err := c.CheckTail(ctx)
 				if err != nil {
 					return err
@@ -147,6 +177,10 @@ for records not yet stable, up to --timeout.`,
 			})
 		},
 	}
+	return tailCmd
+}
+
+func newLogTrimCmd(lc *logClientFlags) *cobra.Command {
 	var upTo uint64
 	trimCmd := &cobra.Command{
 		Use:   "trim",
@@ -155,7 +189,7 @@ for records not yet stable, up to --timeout.`,
   P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102
   broadside log trim --peers $P --coord nats://127.0.0.1:4222 --tls-dir /tmp/bs/tls --to 1`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
+			return lc.withClient(cmd, func(ctx context.Context, c *cmdlog.RemoteClient) error {
 				t, err := c.Trim(ctx, upTo)
 				if err != nil {
 					return err
@@ -167,6 +201,5 @@ for records not yet stable, up to --timeout.`,
 	}
 	trimCmd.Flags().Uint64Var(&upTo, "to", 0, "last position to discard")
 	trimCmd.MarkFlagRequired("to")
-	cmd.AddCommand(appendCmd, readCmd, tailCmd, trimCmd)
-	return cmd
+	return trimCmd
 }

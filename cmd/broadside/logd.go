@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/anoptic/broadside/cmdlog"
+	"github.com/anoptic/broadside/cmdlog/coord"
 	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
@@ -24,18 +26,21 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// logdFlags are the flags of 'broadside logd'.
+type logdFlags struct {
+	cf           clusterFlags
+	role         string
+	id           uint32
+	listen       string
+	dataDir      string
+	durability   string
+	embeddedNATS string
+	metricsAddr  string
+	suspect      int
+}
+
 func newLogdCmd() *cobra.Command {
-	var (
-		cf           clusterFlags
-		role         string
-		id           uint32
-		listen       string
-		dataDir      string
-		durability   string
-		embeddedNATS string
-		metricsAddr  string
-		suspect      int
-	)
+	var o logdFlags
 	cmd := &cobra.Command{
 		Use:   "logd",
 		Short: "Run one node of a command log cluster (a sequencing replica or a shard)",
@@ -67,117 +72,150 @@ data under --data/nats) that the other nodes use as --coord.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", id)
-			peers, err := parsePeers(cf.peers)
-			if err != nil {
-				return err
-			}
-			self := msg.NodeID(id)
-			if _, ok := peers[self]; !ok {
-				return fmt.Errorf("--id %d is not in --peers", id)
-			}
-			if listen == "" {
-				listen = peers[self]
-			}
-			if dataDir == "" {
-				return fmt.Errorf("--data DIR is required")
-			}
-			if err := os.MkdirAll(dataDir, 0o755); err != nil {
-				return err
-			}
-			host, _, _ := net.SplitHostPort(listen)
-			server, client, err := cf.tlsConfigs(host)
-			if err != nil {
-				return err
-			}
-			if embeddedNATS != "" {
-				h, p, err := net.SplitHostPort(embeddedNATS)
-				if err != nil {
-					return fmt.Errorf("--embedded-nats: %w", err)
-				}
-				port, _ := strconv.Atoi(p)
-				ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dataDir, "nats"), Host: h, Port: port})
-				if err != nil {
-					return err
-				}
-				defer ns.Shutdown()
-				cf.coordURL = ns.ClientURL()
-				log.Info("embedded nats-server", "url", cf.coordURL)
-			}
-			co, closeCoord, err := openCoordinator(ctx, cf.coordURL, cf.clusterName)
-			if err != nil {
-				return err
-			}
-			defer closeCoord()
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			serveAdmin(ctx, metricsAddr, reg, log, nil)
-
-			inbox := node.NewInbox()
-			m, err := mesh.New(mesh.Config{Self: self, ListenAddr: listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log})
-			if err != nil {
-				return err
-			}
-			defer m.Close()
-			layout := cmdlog.LayoutOf(peers, cf.stripeUnit)
-			timing := node.Timing{Tick: cf.tick}
-			log.Info("logd listening", "role", role, "addr", m.Addr(), "shards", layout.Shards, "stripe_unit", layout.StripeUnit)
-			switch role {
-			case "seq":
-				var d seq.Durability
-				switch durability {
-				case "memory":
-					d = seq.Memory
-				case "fsync":
-					d = seq.Fsync
-				default:
-					return fmt.Errorf("--durability must be memory or fsync, not %q", durability)
-				}
-				if _, err := cmdlog.Bootstrap(ctx, co, replicaIDs(peers)); err != nil {
-					return err
-				}
-				w, err := wal.Open(filepath.Join(dataDir, "wal"), wal.Options{Logger: log})
-				if err != nil {
-					return err
-				}
-				defer w.Close()
-				metrics := node.NewSeqMetrics(reg)
-				return node.RunSeq(ctx, node.SeqConfig{
-					Core:        seq.Config{ID: self, Layout: layout, Durability: d, SuspectTicks: suspect},
-					Timing:      timing,
-					Coordinator: co, WAL: w, Transport: m, Inbox: inbox, Logger: log,
-					Observe: metrics.Observe,
-				})
-			case "shard":
-				if self < cmdlog.FirstShardID {
-					return fmt.Errorf("shard ids start at %d", cmdlog.FirstShardID)
-				}
-				st, err := shardstore.Open(filepath.Join(dataDir, "shard"), shardstore.Options{Logger: log})
-				if err != nil {
-					return err
-				}
-				defer st.Close()
-				metrics := node.NewShardMetrics(reg)
-				return node.RunShard(ctx, node.ShardConfig{
-					Core: shard.Config{ID: self, Layout: layout}, Storage: st, Transport: m, Inbox: inbox, Logger: log,
-					Observe: metrics.Observe,
-				})
-			default:
-				return fmt.Errorf("--role must be seq or shard, not %q", role)
-			}
+			return runLogd(ctx, o)
 		},
 	}
 	f := cmd.Flags()
-	cf.register(f)
-	f.StringVar(&role, "role", "", "seq (sequencing replica) or shard")
-	f.Uint32Var(&id, "id", 0, "this node's id (its entry in --peers)")
-	f.StringVar(&listen, "listen", "", "UDP address to listen on (default: this node's --peers address)")
-	f.StringVar(&dataDir, "data", "", "data directory (write-ahead log or shard store)")
-	f.StringVar(&durability, "durability", "memory", "sequencing replicas: memory or fsync")
-	f.StringVar(&embeddedNATS, "embedded-nats", "", "start a nats-server in this process on HOST:PORT and use it as the coordinator")
-	f.StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /debug/pprof on this address")
-	f.IntVar(&suspect, "suspect-ticks", 20, "ticks of silence before a peer is considered failed")
+	o.cf.register(f)
+	f.StringVar(&o.role, "role", "", "seq (sequencing replica) or shard")
+	f.Uint32Var(&o.id, "id", 0, "this node's id (its entry in --peers)")
+	f.StringVar(&o.listen, "listen", "", "UDP address to listen on (default: this node's --peers address)")
+	f.StringVar(&o.dataDir, "data", "", "data directory (write-ahead log or shard store)")
+	f.StringVar(&o.durability, "durability", "memory", "sequencing replicas: memory or fsync")
+	f.StringVar(&o.embeddedNATS, "embedded-nats", "", "start a nats-server in this process on HOST:PORT and use it as the coordinator")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /debug/pprof on this address")
+	f.IntVar(&o.suspect, "suspect-ticks", 20, "ticks of silence before a peer is considered failed")
 	cmd.MarkFlagRequired("role")
 	cmd.MarkFlagRequired("id")
 	return cmd
+}
+
+// runLogd runs one node until ctx ends: its QUIC mesh, the coordinator
+// (and the embedded nats-server if asked for), metrics, and the
+// sequencing replica or the shard.
+func runLogd(ctx context.Context, o logdFlags) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", o.id)
+	peers, err := parsePeers(o.cf.peers)
+	if err != nil {
+		return err
+	}
+	self := msg.NodeID(o.id)
+	if _, ok := peers[self]; !ok {
+		return fmt.Errorf("--id %d is not in --peers", o.id)
+	}
+	if o.listen == "" {
+		o.listen = peers[self]
+	}
+	if o.dataDir == "" {
+		return fmt.Errorf("--data DIR is required")
+	}
+	if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(o.listen)
+	server, client, err := o.cf.tlsConfigs(host)
+	if err != nil {
+		return err
+	}
+	if o.embeddedNATS != "" {
+		ns, err := startEmbeddedNATS(o.embeddedNATS, o.dataDir)
+		if err != nil {
+			return err
+		}
+		defer ns.Shutdown()
+		o.cf.coordURL = ns.ClientURL()
+		log.Info("embedded nats-server", "url", o.cf.coordURL)
+	}
+	co, closeCoord, err := openCoordinator(ctx, o.cf.coordURL, o.cf.clusterName)
+	if err != nil {
+		return err
+	}
+	defer closeCoord()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	serveAdmin(ctx, o.metricsAddr, reg, log, nil)
+
+	inbox := node.NewInbox()
+	m, err := mesh.New(mesh.Config{Self: self, ListenAddr: o.listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	n := logdNode{self: self, layout: cmdlog.LayoutOf(peers, o.cf.stripeUnit), mesh: m, inbox: inbox, reg: reg, log: log}
+	log.Info("logd listening", "role", o.role, "addr", m.Addr(), "shards", n.layout.Shards, "stripe_unit", n.layout.StripeUnit)
+	switch o.role {
+	case "seq":
+		return n.runSeq(ctx, o, co, replicaIDs(peers))
+	case "shard":
+		return n.runShard(ctx, o)
+	default:
+		return fmt.Errorf("--role must be seq or shard, not %q", o.role)
+	}
+}
+
+// startEmbeddedNATS starts a nats-server on hostPort with its data under
+// dataDir/nats.
+func startEmbeddedNATS(hostPort, dataDir string) (*natscoord.Embedded, error) {
+	h, p, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return nil, fmt.Errorf("--embedded-nats: %w", err)
+	}
+	port, _ := strconv.Atoi(p)
+	return natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dataDir, "nats"), Host: h, Port: port})
+}
+
+// logdNode is what a node runs on, whatever its role.
+type logdNode struct {
+	self   msg.NodeID
+	layout msg.Layout
+	mesh   *mesh.Mesh
+	inbox  node.Inbox
+	reg    *prometheus.Registry
+	log    *slog.Logger
+}
+
+// runSeq runs a sequencing replica, bootstrapping the cluster's first
+// view with replicas if there is none yet.
+func (n logdNode) runSeq(ctx context.Context, o logdFlags, co coord.Coordinator, replicas []msg.NodeID) error {
+	var d seq.Durability
+	switch o.durability {
+	case "memory":
+		d = seq.Memory
+	case "fsync":
+		d = seq.Fsync
+	default:
+		return fmt.Errorf("--durability must be memory or fsync, not %q", o.durability)
+	}
+	if _, err := cmdlog.Bootstrap(ctx, co, replicas); err != nil {
+		return err
+	}
+	w, err := wal.Open(filepath.Join(o.dataDir, "wal"), wal.Options{Logger: n.log})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	metrics := node.NewSeqMetrics(n.reg)
+	return node.RunSeq(ctx, node.SeqConfig{
+		Core:        seq.Config{ID: n.self, Layout: n.layout, Durability: d, SuspectTicks: o.suspect},
+		Timing:      node.Timing{Tick: o.cf.tick},
+		Coordinator: co, WAL: w, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
+		Observe: metrics.Observe,
+	})
+}
+
+// runShard runs a shard on its Pebble store.
+func (n logdNode) runShard(ctx context.Context, o logdFlags) error {
+	if n.self < cmdlog.FirstShardID {
+		return fmt.Errorf("shard ids start at %d", cmdlog.FirstShardID)
+	}
+	st, err := shardstore.Open(filepath.Join(o.dataDir, "shard"), shardstore.Options{Logger: n.log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	metrics := node.NewShardMetrics(n.reg)
+	return node.RunShard(ctx, node.ShardConfig{
+		Core: shard.Config{ID: n.self, Layout: n.layout}, Storage: st, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
+		Observe: metrics.Observe,
+	})
 }

@@ -581,72 +581,22 @@ ships.`,
 }
 
 type seekSummary struct {
-	Tick      uint64          `json:"tick"`
-	TookMs    float64         `json:"took_ms"`
-	RestoreMs float64         `json:"restore_ms"`
-	ReplayMs  float64         `json:"replay_ms"`
-	Replayed  uint64          `json:"replayed_ticks"`
-	Restored  int             `json:"restored_sectors"`
-	Snapshots int             `json:"snapshots"`
-	RawBytes  int64           `json:"snapshot_raw_bytes"`
-	Sectors   []sectorSummary `json:"sectors"`
-	Ships     int             `json:"ships"`
-	Sunk      int             `json:"sunk"`
-	Balls     int             `json:"balls"`
-	Listed    []shipSummary   `json:"listed_ships"`
-}
-
-type sectorSummary struct {
-	Sector int    `json:"sector"`
-	Ships  int    `json:"ships"`
-	Sunk   int    `json:"sunk"`
-	Balls  int    `json:"balls"`
-	Hash   string `json:"hash"`
-}
-
-type shipSummary struct {
-	Player   uint32  `json:"player"`
-	Sector   int     `json:"sector"`
-	X        float64 `json:"x_m"`
-	Y        float64 `json:"y_m"`
-	Heading  float64 `json:"heading_deg"`
-	Speed    float64 `json:"speed_mps"`
-	Hull     int16   `json:"hull"`
-	Sunk     bool    `json:"sunk"`
-	Throttle int8    `json:"throttle"`
-	Rudder   int8    `json:"rudder"`
+	Tick      uint64  `json:"tick"`
+	TookMs    float64 `json:"took_ms"`
+	RestoreMs float64 `json:"restore_ms"`
+	ReplayMs  float64 `json:"replay_ms"`
+	Replayed  uint64  `json:"replayed_ticks"`
+	Restored  int     `json:"restored_sectors"`
+	Snapshots int     `json:"snapshots"`
+	RawBytes  int64   `json:"snapshot_raw_bytes"`
+	broadside.StateSummary
 }
 
 func summarize(sk *bsr.Seeker, list int) seekSummary {
 	st := sk.LastSeek()
-	sum := seekSummary{Tick: sk.Tick(), TookMs: report.Ms(st.Took), RestoreMs: report.Ms(st.Restore), ReplayMs: report.Ms(st.Replay),
-		Replayed: st.Replayed, Restored: st.Restored, Snapshots: st.Snapshots, RawBytes: st.RawBytes}
-	var all []broadside.ShipView
-	for i, sim := range sk.Sims() {
-		sec := sim.(*broadside.Sector)
-		ss := sectorSummary{Sector: i, Balls: sec.BallCount(), Hash: fmt.Sprintf("%#016x", sec.Hash())}
-		sec.Ships(func(v broadside.ShipView) {
-			ss.Ships++
-			if v.Sunk {
-				ss.Sunk++
-			}
-			all = append(all, v)
-		})
-		sum.Sectors = append(sum.Sectors, ss)
-		sum.Ships += ss.Ships
-		sum.Sunk += ss.Sunk
-		sum.Balls += ss.Balls
-	}
-	slices.SortFunc(all, func(a, b broadside.ShipView) int {
-		return cmp.Or(cmp.Compare(a.Hull, b.Hull), cmp.Compare(a.Player, b.Player))
-	})
-	for _, v := range all[:min(list, len(all))] {
-		x, y := v.Meters()
-		sum.Listed = append(sum.Listed, shipSummary{Player: v.Player, Sector: v.Sector, X: x, Y: y,
-			Heading: v.HeadingRadians() * 180 / 3.141592653589793, Speed: v.SpeedMetersPerSecond(),
-			Hull: v.Hull, Sunk: v.Sunk, Throttle: v.Throttle, Rudder: v.Rudder})
-	}
-	return sum
+	return seekSummary{Tick: sk.Tick(), TookMs: report.Ms(st.Took), RestoreMs: report.Ms(st.Restore), ReplayMs: report.Ms(st.Replay),
+		Replayed: st.Replayed, Restored: st.Restored, Snapshots: st.Snapshots, RawBytes: st.RawBytes,
+		StateSummary: broadside.Summarize(sk.Sims(), list)}
 }
 
 func printSeek(w io.Writer, r *bsr.Reader, s seekSummary) {

@@ -8,6 +8,7 @@ import (
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/world"
 )
 
 // submission is a player command submitted before a tick.
@@ -22,20 +23,6 @@ type submission struct {
 // world's tick k+1. Replaying a script replays the match exactly.
 type script [][]submission
 
-// kindOf classifies a log record for CommandInfo.Kind: 0 for engine
-// records (migrations), the command kind for player commands, 255 for
-// invalid payloads.
-func kindOf(c *replay.Command) uint8 {
-	if c.Player == 0 {
-		return 0
-	}
-	pc, err := broadside.DecodeCommand(c.Payload)
-	if err != nil {
-		return 255
-	}
-	return uint8(pc.Kind)
-}
-
 // match describes a bot battle: the world, its ships and length, and how
 // many ticks late migrations reach the log (so that orders are given to
 // ships in transit between sectors).
@@ -46,40 +33,67 @@ type match struct {
 	delay int
 }
 
-func (m *match) world(t testing.TB) *broadside.World {
+// world returns the match's world at tick 0, its sectors run by
+// world.LocalWorld's Runners with migrations reaching the log m.delay
+// ticks late; rec (nil: none) receives the sectors' lineage as a plain
+// Recorder (callers bracket the ticks), and input, if set, is given each
+// tick's input records (valid during the call).
+func (m *match) world(t testing.TB, rec lineage.Recorder, input func([]replay.Command)) *world.LocalWorld {
 	t.Helper()
-	w, err := broadside.NewWorld(m.cfg)
+	g, err := broadside.NewGame(m.cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.SetMigrationDelay(m.delay)
+	lc := world.LocalConfig{Game: g, OutputDelay: m.delay}
+	if rec != nil {
+		lc.Recorder = func(uint32) lineage.Recorder { return rec }
+	}
+	if input != nil {
+		lc.Observer = func(info replay.TickInfo) {
+			if info.Shard == 0 { // every sector reads the whole input
+				input(info.Commands)
+			}
+		}
+	}
+	w, err := world.NewLocal(lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
 	return w
+}
+
+// ships calls fn for every ship of w, sector by sector.
+func ships(w *world.LocalWorld, fn func(broadside.ShipView)) {
+	for i := range w.Shards() {
+		w.Sim(uint32(i)).(*broadside.Sector).Ships(fn)
+	}
 }
 
 // playBots plays the match with bots and returns its script. Each bot thinks every few ticks (BotCommand, seeing every ship)
 // and now and then fires a broadside regardless, to make hits common.
 func playBots(t testing.TB, m *match, seed uint64) script {
 	t.Helper()
-	w := m.world(t)
-	ships, ticks := m.ships, m.ticks
+	w := m.world(t, nil, nil)
+	nShips, ticks := m.ships, m.ticks
 	rng := rand.New(rand.NewPCG(seed, 0x0bac1e))
 	sc := make(script, ticks)
 	join, _ := broadside.EncodeCommand(broadside.Join())
-	for p := uint32(1); p <= ships; p++ {
+	for p := uint32(1); p <= nShips; p++ {
 		sc[0] = append(sc[0], submission{p, join, false})
 	}
 	var views []broadside.ShipView
 	for k := 0; k < ticks; k++ {
 		if k > 0 {
 			views = views[:0]
-			w.Ships(func(v broadside.ShipView) { views = append(views, v) })
-			seen := make([]bool, ships+1)
+			ships(w, func(v broadside.ShipView) { views = append(views, v) })
+			seen := make([]bool, nShips+1)
 			for i := range views {
 				seen[views[i].Player] = true
 			}
 			// A captain whose ship is between sectors still gives orders
 			// (the destination obeys them on arrival).
-			for p := uint32(1); p <= ships; p++ {
+			for p := uint32(1); p <= nShips; p++ {
 				if !seen[p] && rng.IntN(2) == 0 {
 					c := []broadside.PlayerCommand{broadside.Throttle(int8(rng.IntN(101))), broadside.Rudder(int8(rng.IntN(201) - 100)), broadside.Fire(broadside.Port)}[rng.IntN(3)]
 					b, err := broadside.EncodeCommand(c)
@@ -108,9 +122,13 @@ func playBots(t testing.TB, m *match, seed uint64) script {
 			}
 		}
 		for _, s := range sc[k] {
-			w.Submit(s.player, s.payload)
+			if err := w.Submit(s.player, s.payload); err != nil {
+				t.Fatal(err)
+			}
 		}
-		w.Step(lineage.Nop)
+		if err := w.Step(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return sc
 }
@@ -144,36 +162,42 @@ type run struct {
 
 // replayMatch replays sc without the command sc[skipTick][skipIdx] (none if
 // skipTick < 0), recording lineage into lg if it is not nil (all sectors
-// of the in-process World as shard 0).
+// of the world as shard 0).
 func replayMatch(t testing.TB, m *match, sc script, skipTick, skipIdx int, lg *lineage.Log) *run {
 	t.Helper()
 	ctx := context.Background()
-	w := m.world(t)
-	ships := m.ships
 	r := &run{ships: make([][]broadside.ShipView, len(sc)), pos: make([][]uint64, len(sc))}
 	r.tap.derived = make([][]lineage.Event, len(sc))
+	var rec lineage.Recorder = &r.tap
+	if lg != nil {
+		rec = tee{&r.tap, lg}
+	}
+	var input []replay.Command
+	w := m.world(t, rec, func(in []replay.Command) { input = append(input[:0], in...) })
 	for k, subs := range sc {
 		n := 0
 		for i, s := range subs {
 			if k == skipTick && i == skipIdx {
 				continue
 			}
-			w.Submit(s.player, s.payload)
+			if err := w.Submit(s.player, s.payload); err != nil {
+				t.Fatal(err)
+			}
 			n++
 		}
 		tick := w.Tick() + 1
 		r.tap.tick = tick
-		var rec lineage.Recorder = &r.tap
 		if lg != nil {
 			if err := lg.BeginTick(ctx, 0, tick); err != nil {
 				t.Fatal(err)
 			}
-			rec = tee{&r.tap, lg}
 		}
-		input := w.Step(rec)
+		if err := w.Step(); err != nil {
+			t.Fatal(err)
+		}
 		if lg != nil {
 			for i := range input {
-				lg.Input(lineage.CommandInfo{Pos: input[i].Pos, Player: input[i].Player, Kind: kindOf(&input[i])})
+				lg.Input(lineage.CommandInfo{Pos: input[i].Pos, Player: input[i].Player, Kind: broadside.RecordKind(input[i])})
 			}
 			if err := lg.EndTick(ctx); err != nil {
 				t.Fatal(err)
@@ -190,9 +214,51 @@ func replayMatch(t testing.TB, m *match, sc script, skipTick, skipIdx int, lg *l
 			r.pos[k][i] = input[j].Pos
 			j++
 		}
-		st := make([]broadside.ShipView, ships+1)
-		w.Ships(func(v broadside.ShipView) { st[v.Player] = v })
+		st := make([]broadside.ShipView, m.ships+1)
+		ships(w, func(v broadside.ShipView) { st[v.Player] = v })
 		r.ships[k] = st
 	}
 	return r
+}
+
+// recordBenchWorld plays the 1,000-ship benchmark world for ticks ticks
+// (a BotMatch: its aggressive fleet keeps about 10,000 cannonballs in the
+// air), recording its lineage (all sectors as shard 0), and returns the
+// store.
+func recordBenchWorld(tb testing.TB, ticks int) lineage.Store {
+	tb.Helper()
+	ctx := context.Background()
+	lg := lineage.NewLog(lineage.LogOptions{})
+	var input []replay.Command
+	m, err := broadside.NewBotMatch(broadside.DefaultConfig(), 1000, 1, world.LocalConfig{
+		// A plain Recorder, so that the ticks are bracketed here.
+		Recorder: func(uint32) lineage.Recorder { return struct{ lineage.Recorder }{lg} },
+		Observer: func(info replay.TickInfo) {
+			if info.Shard == 0 { // every sector reads the whole input
+				input = append(input[:0], info.Commands...)
+			}
+		},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer m.Close()
+	for k := 0; k < ticks; k++ {
+		if err := lg.BeginTick(ctx, 0, m.World().Tick()+1); err != nil {
+			tb.Fatal(err)
+		}
+		if err := m.Step(); err != nil {
+			tb.Fatal(err)
+		}
+		for i := range input {
+			lg.Input(lineage.CommandInfo{Pos: input[i].Pos, Player: input[i].Player, Kind: broadside.RecordKind(input[i])})
+		}
+		if err := lg.EndTick(ctx); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := lg.Close(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return lg.Store()
 }

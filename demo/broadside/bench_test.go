@@ -3,38 +3,41 @@ package broadside
 import (
 	"testing"
 
-	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay/table"
 )
 
 // benchWorld is the performance target's world: 1,000 ships on the default
-// 8 km × 8 km sea in 2 × 2 sectors, bots firing broadsides often enough to
-// keep about 10,000 cannonballs in the air, warmed up past the first
-// volleys.
-func benchWorld(b *testing.B) (*World, *botFleet) {
-	w := mustWorld(b, DefaultConfig())
-	f := newFleet(b, w, 1000, 1)
-	f.aggressive = true
+// 8 km × 8 km sea in 2 × 2 sectors, an aggressive fleet firing broadsides
+// often enough to keep about 10,000 cannonballs in the air, warmed up past
+// the first volleys.
+func benchWorld(b *testing.B) *testWorld {
+	w := newBotWorld(b, DefaultConfig(), 1000, 1, 0)
 	for k := 0; k < 300; k++ {
-		f.act()
-		w.Step(lineage.Nop)
+		w.step(b, nil)
 	}
-	return w, f
+	return w
 }
 
-// BenchmarkWorldStep is one tick of the whole world (all four sectors):
-// commands, sailing, gunnery, ballistics, hits, migrations and the state
-// hash. The bots' thinking is excluded from the timing.
+// BenchmarkWorldStep is one tick of the whole world (all four sectors) as
+// a world runs it, through the Runners on an in-memory log: the marker,
+// decoding the records, commands, sailing, gunnery, ballistics, hits,
+// migrations (appended to the log) and the state hash. The bots' thinking
+// and the submission of their orders are excluded from the timing.
 func BenchmarkWorldStep(b *testing.B) {
-	w, f := benchWorld(b)
+	w := benchWorld(b)
 	var balls, ships, cmds int
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
-		f.act()
+		if err := w.match.Act(w.Tick() + 1); err != nil {
+			b.Fatal(err)
+		}
 		b.StartTimer()
-		cmds += len(w.Step(lineage.Nop))
+		if err := w.LocalWorld.Step(); err != nil {
+			b.Fatal(err)
+		}
+		cmds += len(w.input)
 		balls += w.BallCount()
 		ships += w.ShipCount()
 	}
@@ -47,8 +50,8 @@ func BenchmarkWorldStep(b *testing.B) {
 // BenchmarkSectorCapture is the tick-loop pause of a delta capture of every
 // sector of the benchmark world after one tick, reusing buffers.
 func BenchmarkSectorCapture(b *testing.B) {
-	w, f := benchWorld(b)
-	caps := make([]table.SetCapture, len(w.Sectors()))
+	w := benchWorld(b)
+	caps := make([]table.SetCapture, w.Shards())
 	for i, s := range w.Sectors() {
 		s.Tables().CaptureInto(&caps[i], true)
 	}
@@ -57,8 +60,7 @@ func BenchmarkSectorCapture(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
-		f.act()
-		w.Step(lineage.Nop)
+		w.step(b, nil)
 		b.StartTimer()
 		for i, s := range w.Sectors() {
 			s.Tables().CaptureInto(&caps[i], false)

@@ -11,18 +11,12 @@ import (
 // its view of the base gets exactly its view of the current tick.
 func TestStateDeltaRoundTrip(t *testing.T) {
 	cfg := Config{Seed: 3, Width: 2000, Height: 2000, SectorsX: 2, SectorsY: 2, Islands: 3}
-	w, err := NewWorld(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fleet := newFleet(t, w, 40, 3)
-	fleet.aggressive = true
+	w := newBotWorld(t, cfg, 40, 3, 0)
 	var frames []*Frame
 	var enc StateEncoder
 	var checked, bytes, fulls int
 	for range 300 {
-		fleet.act()
-		w.Step(nil)
+		w.step(t, nil)
 		f := NewFrame(w.Tick())
 		for _, s := range w.Sectors() {
 			f.AddSector(s)

@@ -3,6 +3,7 @@ package broadside
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -12,21 +13,182 @@ import (
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/table"
+	"github.com/anoptic/broadside/replay/world"
 	"pgregory.net/rapid"
 )
 
-func mustWorld(t testing.TB, cfg Config) *World {
+// testWorld is a test's world: cfg's sectors run by world.LocalWorld's
+// Runners on an in-memory log, as every offline match runs, played by
+// hand (newTestWorld) or by a BotMatch's fleet (newBotWorld). Its
+// step takes the recorder of that tick and returns the tick's input.
+type testWorld struct {
+	*world.LocalWorld
+	geo   *geometry
+	match *BotMatch // nil: played by hand
+	rec   lineage.Recorder
+	input []replay.Command
+}
+
+// newTestWorld returns a world of cfg at tick 0 whose sectors' outputs
+// (migrations) reach the log delay ticks late (world.LocalConfig's
+// OutputDelay).
+func newTestWorld(t testing.TB, cfg Config, delay int) *testWorld {
 	t.Helper()
-	w, err := NewWorld(cfg)
+	w := &testWorld{}
+	g, err := NewGame(cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lc := w.config(t, cfg, delay)
+	lc.Game = g
+	if w.LocalWorld, err = world.NewLocal(lc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
 	return w
+}
+
+// newBotWorld returns a world of cfg at tick 0 played by a BotMatch of
+// ships bots seeded with seed (an aggressive Fleet: every Step, the bots
+// give their orders first).
+func newBotWorld(t testing.TB, cfg Config, ships int, seed uint64, delay int) *testWorld {
+	t.Helper()
+	w := &testWorld{}
+	m, err := NewBotMatch(cfg, ships, seed, w.config(t, cfg, delay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.match, w.LocalWorld = m, m.World()
+	t.Cleanup(m.Close)
+	return w
+}
+
+func (w *testWorld) config(t testing.TB, cfg Config, delay int) world.LocalConfig {
+	geo, err := newGeometry(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.geo = geo
+	return world.LocalConfig{OutputDelay: delay,
+		Recorder: func(uint32) lineage.Recorder { return w },
+		Observer: func(info replay.TickInfo) {
+			if info.Shard == 0 { // every sector reads the whole input
+				w.input = append(w.input[:0], info.Commands...)
+			}
+		}}
+}
+
+// Command and Derived pass the sectors' lineage to the Step's recorder.
+func (w *testWorld) Command(e lineage.EntityID, pos uint64) {
+	if w.rec != nil {
+		w.rec.Command(e, pos)
+	}
+}
+
+func (w *testWorld) Derived(e, from lineage.EntityID) {
+	if w.rec != nil {
+		w.rec.Derived(e, from)
+	}
+}
+
+// step plays the next tick (the bots' orders first, if bots play),
+// reporting lineage to rec (nil: none), and returns the tick's input
+// records (valid until the next Step).
+func (w *testWorld) step(t testing.TB, rec lineage.Recorder) []replay.Command {
+	t.Helper()
+	w.rec, w.input = rec, w.input[:0]
+	var err error
+	if w.match != nil {
+		err = w.match.Step()
+	} else {
+		err = w.LocalWorld.Step()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w.input
+}
+
+// SubmitCommand submits a command of player for the next tick.
+func (w *testWorld) SubmitCommand(t testing.TB, player uint32, c PlayerCommand) {
+	t.Helper()
+	b, err := EncodeCommand(c)
+	if err == nil {
+		err = w.Submit(player, b)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Sectors returns the world's sectors (use them between Steps).
+func (w *testWorld) Sectors() []*Sector {
+	out := make([]*Sector, w.Shards())
+	for i := range out {
+		out[i] = w.Sim(uint32(i)).(*Sector)
+	}
+	return out
+}
+
+// Hash combines the sectors' state hashes, in sector order.
+func (w *testWorld) Hash() uint64 {
+	h := uint64(w.Shards())
+	for _, s := range w.Sectors() {
+		h = table.Mix64(h ^ s.Hash())
+	}
+	return h
+}
+
+// Ships calls fn for every ship, sector by sector in slot order.
+func (w *testWorld) Ships(fn func(ShipView)) {
+	for _, s := range w.Sectors() {
+		s.Ships(fn)
+	}
+}
+
+// Balls calls fn for every cannonball, sector by sector in slot order.
+func (w *testWorld) Balls(fn func(BallView)) {
+	for _, s := range w.Sectors() {
+		s.Balls(fn)
+	}
+}
+
+// ShipCount and BallCount count what the sectors own (not what is in
+// transit between them).
+func (w *testWorld) ShipCount() (n int) {
+	for _, s := range w.Sectors() {
+		n += s.ShipCount()
+	}
+	return n
+}
+
+func (w *testWorld) BallCount() (n int) {
+	for _, s := range w.Sectors() {
+		n += s.BallCount()
+	}
+	return n
+}
+
+// ShipsInTransit returns the number of ships whose migration records no
+// tick has taken as input yet.
+func (w *testWorld) ShipsInTransit(t testing.TB) int {
+	t.Helper()
+	outs, err := w.InTransit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, o := range outs {
+		if len(o) > 1 && o[1] == kindShip {
+			n++
+		}
+	}
+	return n
 }
 
 // checkHashes fails unless every sector's incremental hash equals its hash
 // recomputed from scratch.
-func checkHashes(t testing.TB, w *World) {
+func checkHashes(t testing.TB, w *testWorld) {
 	t.Helper()
 	for _, s := range w.Sectors() {
 		if h, r := s.Hash(), s.Tables().RecomputeHash(); h != r {
@@ -37,7 +199,7 @@ func checkHashes(t testing.TB, w *World) {
 
 type totals struct{ fired, sunk, migrated uint64 }
 
-func worldTotals(w *World) totals {
+func worldTotals(w *testWorld) totals {
 	var s totals
 	for _, sec := range w.Sectors() {
 		st := sec.Stats()
@@ -72,15 +234,12 @@ func (r *firedRecorder) Derived(e, from lineage.EntityID) {
 // all happening; no two cannonballs of the battle get the same id.
 func TestDeterminism(t *testing.T) {
 	const ships, ticks = 200, 2500
-	run := func() ([]uint64, *World) {
-		w := mustWorld(t, Config{Seed: 42, Width: 4000, Height: 4000, SectorsX: 2, SectorsY: 2, Islands: 12})
-		f := newFleet(t, w, ships, 9)
-		f.aggressive = true
+	run := func() ([]uint64, *testWorld) {
+		w := newBotWorld(t, Config{Seed: 42, Width: 4000, Height: 4000, SectorsX: 2, SectorsY: 2, Islands: 12}, ships, 9, 0)
 		rec := &firedRecorder{fired: map[lineage.EntityID]struct{}{}}
 		hashes := make([]uint64, 0, ticks)
 		for k := 0; k < ticks; k++ {
-			f.act()
-			w.Step(rec)
+			w.step(t, rec)
 			hashes = append(hashes, w.Hash())
 			if k%500 == 0 {
 				checkHashes(t, w)
@@ -115,21 +274,33 @@ func TestDeterminism(t *testing.T) {
 	}
 }
 
-// TestGoldenHash pins the hash of a short battle. If the game rules change
-// on purpose, update the constant (recordings made before no longer
-// verify); if it changes by accident, Step is not deterministic across
-// builds or machines.
+// TestGoldenHash pins the hash of a short bot battle on a LocalWorld, and
+// re-simulates its log to the same sector hashes. If the game rules, the
+// bots or the log layout of a tick change on purpose, update the constant
+// (recordings made before no longer verify); if it changes by accident,
+// Step is not deterministic across builds or machines.
 func TestGoldenHash(t *testing.T) {
-	w := mustWorld(t, Config{Seed: 7, Width: 3000, Height: 3000, SectorsX: 2, SectorsY: 1, Islands: 5})
-	f := newFleet(t, w, 40, 3)
-	f.aggressive = true
+	cfg := Config{Seed: 7, Width: 3000, Height: 3000, SectorsX: 2, SectorsY: 1, Islands: 5}
+	w := newBotWorld(t, cfg, 40, 3, 0)
 	for k := 0; k < 600; k++ {
-		f.act()
-		w.Step(lineage.Nop)
+		w.step(t, nil)
 	}
-	const golden uint64 = 0x64381b2e019d0cf9
+	const golden uint64 = 0x80ed2ed5504e58e8
 	if got := w.Hash(); got != golden {
 		t.Fatalf("hash after 600 ticks = %#x, golden %#x", got, golden)
+	}
+	g, err := NewGame(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes, _, err := world.Resimulate(context.Background(), g, 0, w.Entries(), 600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range w.Sectors() {
+		if h, ok := hashes[i].Get(600); !ok || h.Hash != s.Hash() {
+			t.Fatalf("sector %d re-simulated to %+v (%v), live %#x", i, h, ok, s.Hash())
+		}
 	}
 }
 
@@ -147,7 +318,7 @@ func crossingPlayer(t *testing.T, g *geometry) uint32 {
 	return 0
 }
 
-func findShip(w *World, player uint32) (ShipView, int) {
+func findShip(w *testWorld, player uint32) (ShipView, int) {
 	var found ShipView
 	n := 0
 	w.Ships(func(v ShipView) {
@@ -167,24 +338,23 @@ func TestMigrationKeepsState(t *testing.T) {
 	for _, delay := range []int{0, 3} {
 		t.Run(fmt.Sprintf("delay=%d", delay), func(t *testing.T) {
 			base := Config{Seed: 5, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1}
-			one := mustWorld(t, base)
+			one := newTestWorld(t, base, 0)
 			split := base
 			split.SectorsX = 2
-			two := mustWorld(t, split)
-			two.SetMigrationDelay(delay)
+			two := newTestWorld(t, split, delay)
 			p := crossingPlayer(t, two.geo)
-			for _, w := range []*World{one, two} {
-				w.SubmitCommand(p, Join())
-				w.Step(lineage.Nop)
-				w.SubmitCommand(p, Throttle(100))
+			for _, w := range []*testWorld{one, two} {
+				w.SubmitCommand(t, p, Join())
+				w.step(t, nil)
+				w.SubmitCommand(t, p, Throttle(100))
 			}
 			transitTicks, arrivedAt := 0, 0
 			for k := 0; k < 3000 && arrivedAt == 0; k++ {
-				one.Step(lineage.Nop)
-				two.Step(lineage.Nop)
+				one.step(t, nil)
+				two.step(t, nil)
 				want, _ := findShip(one, p)
 				got, n := findShip(two, p)
-				inTransit, _ := two.InTransit()
+				inTransit := two.ShipsInTransit(t)
 				switch {
 				case n+inTransit != 1:
 					t.Fatalf("tick %d: ship in %d sectors and %d times in transit", two.Tick(), n, inTransit)
@@ -218,15 +388,11 @@ func TestMigrationKeepsState(t *testing.T) {
 // sector or in transit.
 func TestShipsConserved(t *testing.T) {
 	const ships = 120
-	w := mustWorld(t, Config{Seed: 11, Width: 3000, Height: 3000, SectorsX: 2, SectorsY: 2, Islands: 6})
-	w.SetMigrationDelay(2)
-	f := newFleet(t, w, ships, 4)
-	f.aggressive = true
+	w := newBotWorld(t, Config{Seed: 11, Width: 3000, Height: 3000, SectorsX: 2, SectorsY: 2, Islands: 6}, ships, 4, 2)
 	seen := make([]int, ships+1)
 	for k := 0; k < 1500; k++ {
-		f.act()
-		w.Step(lineage.Nop)
-		inTransit, _ := w.InTransit()
+		w.step(t, nil)
+		inTransit := w.ShipsInTransit(t)
 		if got := w.ShipCount() + inTransit; got != ships {
 			t.Fatalf("tick %d: %d ships + %d in transit, want %d", w.Tick(), w.ShipCount(), inTransit, ships)
 		}
@@ -260,16 +426,15 @@ func (r *recorder) Derived(e, from lineage.EntityID) {
 // sectors (after the source's Output, before the migration record) and
 // checks that the destination obeys them and credits them in lineage.
 func TestCommandsInTransitApplied(t *testing.T) {
-	w := mustWorld(t, Config{Seed: 5, Width: 2000, Height: 2000, SectorsX: 2, SectorsY: 1})
-	w.SetMigrationDelay(6)
+	w := newTestWorld(t, Config{Seed: 5, Width: 2000, Height: 2000, SectorsX: 2, SectorsY: 1}, 6)
 	p := crossingPlayer(t, w.geo)
-	w.SubmitCommand(p, Join())
-	w.Step(lineage.Nop)
-	w.SubmitCommand(p, Throttle(100))
+	w.SubmitCommand(t, p, Join())
+	w.step(t, nil)
+	w.SubmitCommand(t, p, Throttle(100))
 	rec := &recorder{}
 	var rudderPos, firePos uint64
 	for k := 0; k < 3000; k++ {
-		input := w.Step(rec)
+		input := w.step(t, rec)
 		for _, c := range input {
 			if c.Player == p {
 				switch pc, _ := DecodeCommand(c.Payload); pc.Kind {
@@ -282,15 +447,15 @@ func TestCommandsInTransitApplied(t *testing.T) {
 		}
 		if _, n := findShip(w, p); n == 0 && rudderPos == 0 {
 			// In transit: give orders now.
-			w.SubmitCommand(p, Rudder(60))
-			w.SubmitCommand(p, Fire(Port))
+			w.SubmitCommand(t, p, Rudder(60))
+			w.SubmitCommand(t, p, Fire(Port))
 			rec.commands = rec.commands[:0]
 		}
 		if v, n := findShip(w, p); n == 1 && v.Sector == 1 {
 			if v.Rudder != 60 {
 				t.Fatalf("rudder %d after arrival, want 60", v.Rudder)
 			}
-			w.Step(rec) // the pending broadside fires in the next tick the ship sails
+			w.step(t, rec) // the pending broadside fires in the next tick the ship sails
 			v, _ = findShip(w, p)
 			if v.PortReload == 0 {
 				t.Fatal("fire order given in transit was lost")
@@ -328,11 +493,11 @@ func placeShip(t *testing.T, s *Sector, player uint32, x, y int32, heading Angle
 // it, and it respawns with a full hull; lineage links balls to the shooter
 // and the target's damage to the balls.
 func TestCombat(t *testing.T) {
-	w := mustWorld(t, Config{Seed: 3, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1})
+	w := newTestWorld(t, Config{Seed: 3, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1}, 0)
 	const shooter, target = 1, 2
-	w.SubmitCommand(shooter, Join())
-	w.SubmitCommand(target, Join())
-	w.Step(lineage.Nop)
+	w.SubmitCommand(t, shooter, Join())
+	w.SubmitCommand(t, target, Join())
+	w.step(t, nil)
 	s := w.Sectors()[0]
 	placeShip(t, s, shooter, 1_000_000, 900_000, 0) // heading east: port is north
 	placeShip(t, s, target, 1_000_000, 1_000_000, 0)
@@ -341,9 +506,9 @@ func TestCombat(t *testing.T) {
 	sunkAt := uint64(0)
 	for k := 0; k < 2000; k++ {
 		if v, _ := s.Ship(shooter); v.PortReload == 0 && sunkAt == 0 {
-			w.SubmitCommand(shooter, Fire(Port))
+			w.SubmitCommand(t, shooter, Fire(Port))
 		}
-		w.Step(rec)
+		w.step(t, rec)
 		v, ok := s.Ship(target)
 		if !ok {
 			t.Fatal("target left the sector")
@@ -397,10 +562,10 @@ func TestCombat(t *testing.T) {
 func TestBroadsidesIndependent(t *testing.T) {
 	const a, b = 1, 2
 	run := func(bFires bool) map[lineage.EntityID][]BallView {
-		w := mustWorld(t, Config{Seed: 3, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1})
-		w.SubmitCommand(b, Join())
-		w.SubmitCommand(a, Join())
-		w.Step(lineage.Nop)
+		w := newTestWorld(t, Config{Seed: 3, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1}, 0)
+		w.SubmitCommand(t, b, Join())
+		w.SubmitCommand(t, a, Join())
+		w.step(t, nil)
 		s := w.Sectors()[0]
 		placeShip(t, s, a, 600_000, 1_000_000, 0) // 800 m apart, firing north and south
 		placeShip(t, s, b, 1_400_000, 1_000_000, 0)
@@ -411,12 +576,12 @@ func TestBroadsidesIndependent(t *testing.T) {
 				switch {
 				case p == b && !bFires:
 				case v.PortReload == 0:
-					w.SubmitCommand(p, Fire(Port))
+					w.SubmitCommand(t, p, Fire(Port))
 				case v.StarboardReload == 0:
-					w.SubmitCommand(p, Fire(Starboard))
+					w.SubmitCommand(t, p, Fire(Starboard))
 				}
 			}
-			w.Step(lineage.Nop)
+			w.step(t, nil)
 			w.Balls(func(v BallView) {
 				if v.Owner == ShipID(a) {
 					balls[v.ID] = append(balls[v.ID], v)
@@ -448,11 +613,11 @@ func TestHitsIndependentOfSlots(t *testing.T) {
 		derived [][2]lineage.EntityID
 	}
 	run := func(players []uint32) ([]tickState, *recorder) {
-		w := mustWorld(t, Config{Seed: 9, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1})
+		w := newTestWorld(t, Config{Seed: 9, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1}, 0)
 		for _, p := range players {
-			w.SubmitCommand(p, Join())
+			w.SubmitCommand(t, p, Join())
 		}
-		w.Step(lineage.Nop)
+		w.step(t, nil)
 		s := w.Sectors()[0]
 		// The targets' hulls overlap, in one cell of the sector's grid.
 		placeShip(t, s, 1, 980_000, 880_000, 0) // port guns north, at the targets
@@ -464,13 +629,13 @@ func TestHitsIndependentOfSlots(t *testing.T) {
 		for k := 0; k < 700; k++ {
 			for _, p := range []uint32{1, 2} {
 				if v, _ := s.Ship(p); !v.Sunk && v.PortReload == 0 && p == 1 {
-					w.SubmitCommand(p, Fire(Port))
+					w.SubmitCommand(t, p, Fire(Port))
 				} else if !v.Sunk && v.StarboardReload == 0 && p == 2 {
-					w.SubmitCommand(p, Fire(Starboard))
+					w.SubmitCommand(t, p, Fire(Starboard))
 				}
 			}
 			rec := &recorder{}
-			w.Step(rec)
+			w.step(t, rec)
 			st := tickState{ships: make([]ShipView, 5)}
 			w.Ships(func(v ShipView) { st.ships[v.Player] = v })
 			w.Balls(func(v BallView) { st.balls = append(st.balls, v) })
@@ -531,9 +696,7 @@ func TestHitsIndependentOfSlots(t *testing.T) {
 // unknown players, repeated joins) and requires the very same hashes.
 func TestInvalidRecordsIgnored(t *testing.T) {
 	cfg := Config{Seed: 8, Width: 3000, Height: 3000, SectorsX: 2, SectorsY: 1, Islands: 4}
-	w := mustWorld(t, cfg)
-	f := newFleet(t, w, 60, 2)
-	f.aggressive = true
+	w := newBotWorld(t, cfg, 60, 2, 0)
 	fresh := make([]*Sector, 2)
 	for i := range fresh {
 		var err error
@@ -554,8 +717,7 @@ func TestInvalidRecordsIgnored(t *testing.T) {
 		appendBallMigration(nil, 1, 0, 5, &ballState{id: ballID(1, 1), owner: ShipID(2), lifetime: 500}),
 	}
 	for k := 0; k < 400; k++ {
-		f.act()
-		input := w.Step(lineage.Nop)
+		input := w.step(t, nil)
 		var noisy []replay.Command
 		for _, c := range input {
 			for n := rng.IntN(3); n > 0; n-- {
@@ -594,17 +756,14 @@ func TestInvalidRecordsIgnored(t *testing.T) {
 // tick.
 func TestSnapshotReplay(t *testing.T) {
 	cfg := Config{Seed: 21, Width: 3000, Height: 3000, SectorsX: 2, SectorsY: 2, Islands: 6}
-	w := mustWorld(t, cfg)
-	f := newFleet(t, w, 150, 6)
-	f.aggressive = true
+	w := newBotWorld(t, cfg, 150, 6, 0)
 	n := len(w.Sectors())
 	chains := make([][][]byte, n)
 	var inputs [][]replay.Command
 	hashes := map[uint64][]uint64{}
 	const restoreTick = 260
 	for k := 1; k <= 500; k++ {
-		f.act()
-		inputs = append(inputs, slices.Clone(w.Step(lineage.Nop)))
+		inputs = append(inputs, slices.Clone(w.step(t, nil)))
 		var hs []uint64
 		for i, s := range w.Sectors() {
 			hs = append(hs, s.Hash())
@@ -660,10 +819,10 @@ func TestSnapshotReplay(t *testing.T) {
 // TestRestoredRejectsInconsistentState corrupts cross-references between
 // the tables and expects Restored to refuse them.
 func TestRestoredRejectsInconsistentState(t *testing.T) {
-	w := mustWorld(t, Config{Seed: 3, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1})
-	w.SubmitCommand(1, Join())
-	w.SubmitCommand(2, Join())
-	w.Step(lineage.Nop)
+	w := newTestWorld(t, Config{Seed: 3, Width: 2000, Height: 2000, SectorsX: 1, SectorsY: 1}, 0)
+	w.SubmitCommand(t, 1, Join())
+	w.SubmitCommand(t, 2, Join())
+	w.step(t, nil)
 	s := w.Sectors()[0]
 	if err := s.Restored(); err != nil {
 		t.Fatalf("consistent state refused: %v", err)
@@ -692,24 +851,36 @@ func TestNewSectorRejectsBadConfig(t *testing.T) {
 }
 
 func TestViewsAndIslands(t *testing.T) {
-	w := mustWorld(t, DefaultConfig())
-	if len(w.Islands()) != DefaultConfig().Islands {
-		t.Fatalf("%d islands", len(w.Islands()))
+	w := newTestWorld(t, DefaultConfig(), 0)
+	m, err := MapOf(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Islands) != DefaultConfig().Islands || !slices.Equal(m.Islands, w.Sectors()[3].Islands()) {
+		t.Fatalf("%d islands, the map's differ from the sectors'", len(m.Islands))
+	}
+	if len(m.Sectors) != 4 || m.Width != DefaultConfig().Width*1000 || m.Height != DefaultConfig().Height*1000 {
+		t.Fatalf("map %d × %d with %d sectors", m.Width, m.Height, len(m.Sectors))
+	}
+	for i, s := range w.Sectors() {
+		if m.Sectors[i] != s.Bounds() {
+			t.Fatalf("map's sector %d %+v, bounds %+v", i, m.Sectors[i], s.Bounds())
+		}
 	}
 	for p := uint32(1); p <= 50; p++ {
-		w.SubmitCommand(p, Join())
+		w.SubmitCommand(t, p, Join())
 	}
-	w.Step(lineage.Nop)
+	w.step(t, nil)
 	var prev ShipView
 	n := 0
 	w.Ships(func(v ShipView) {
 		if n > 0 && v.Sector == prev.Sector && v.Player <= prev.Player {
 			t.Errorf("ships not in slot order: %d after %d", v.Player, prev.Player)
 		}
-		if !w.Sectors()[v.Sector].Bounds().Contains(int64(v.X), int64(v.Y)) {
+		if !m.Sectors[v.Sector].Contains(int64(v.X), int64(v.Y)) {
 			t.Errorf("ship %d spawned outside its sector", v.Player)
 		}
-		for _, is := range w.Islands() {
+		for _, is := range m.Islands {
 			dx, dy := int64(v.X-is.X), int64(v.Y-is.Y)
 			if dx*dx+dy*dy < int64(is.Radius)*int64(is.Radius) {
 				t.Errorf("ship %d spawned on an island", v.Player)
@@ -740,16 +911,13 @@ func TestViewsAndIslands(t *testing.T) {
 func TestPropReplayFromAnySnapshot(t *testing.T) {
 	cfg := Config{Seed: 33, Width: 2500, Height: 2500, SectorsX: 2, SectorsY: 1, Islands: 4}
 	const ticks, fullEvery = 200, 40
-	w := mustWorld(t, cfg)
-	f := newFleet(t, w, 50, 5)
-	f.aggressive = true
+	w := newBotWorld(t, cfg, 50, 5, 0)
 	n := len(w.Sectors())
 	captures := make([][][]byte, n) // [sector][tick-1]
 	hashes := make([][]uint64, n)
 	var inputs [][]replay.Command
 	for k := 1; k <= ticks; k++ {
-		f.act()
-		inputs = append(inputs, slices.Clone(w.Step(lineage.Nop)))
+		inputs = append(inputs, slices.Clone(w.step(t, nil)))
 		for i, s := range w.Sectors() {
 			c := s.Tables().Capture()
 			if k%fullEvery == 1 {

@@ -98,13 +98,13 @@ func DialLive(ctx context.Context, o LiveOptions) (*Live, error) {
 		}
 		o.Config = cfg
 	}
-	w, err := broadside.NewWorld(o.Config)
+	w, err := WorldOf("live: "+o.Addr, o.Config)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	l := &Live{client: c, world: WorldOf("live: "+o.Addr, o.Config, w), keep: o.History,
+	l := &Live{client: c, world: w, keep: o.History,
 		bases: map[uint64]*broadside.Frame{}, cancel: cancel, done: make(chan struct{})}
 	if o.Lineage != "" {
 		l.lineage = lineage.NewHTTPStore(strings.TrimSuffix(o.Lineage, "/") + "/lineage/store")

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/demo/broadside"
-	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/anoptic/broadside/replay/world"
 )
 
 // frameStore is a game server's state fan-out in miniature: sealed frames
@@ -76,29 +76,25 @@ func TestLiveSpectator(t *testing.T) {
 	}
 
 	cfg := broadside.Config{Seed: 5, Width: 2000, Height: 2000, SectorsX: 2, SectorsY: 2, Islands: 4}
-	world, err := broadside.NewWorld(cfg)
+	match, err := broadside.NewBotMatch(cfg, 12, 5, world.LocalConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p := uint32(1); p <= 12; p++ {
-		if err := world.SubmitCommand(p, broadside.Join()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bots := broadside.NewFleet(5, true)
+	defer match.Close()
 	var prev *broadside.Frame
 	step := func() uint64 {
-		world.Step(lineage.Nop)
-		f := broadside.NewFrame(world.Tick())
-		for _, s := range world.Sectors() {
-			f.AddSector(s)
+		if err := match.Step(); err != nil {
+			t.Fatal(err)
+		}
+		f := broadside.NewFrame(match.World().Tick())
+		for i := range match.World().Shards() {
+			f.AddSector(match.Sector(i))
 		}
 		f.Seal(prev, 0)
 		prev = f
 		store.mu.Lock()
 		store.frames[f.Tick] = f
 		store.mu.Unlock()
-		bots.Act(f.Tick, f.Ships, func(p uint32, c broadside.PlayerCommand) { _ = world.SubmitCommand(p, c) })
 		srv.Publish(f.Tick)
 		return f.Tick
 	}

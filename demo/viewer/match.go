@@ -63,12 +63,11 @@ func PlayMatch(ctx context.Context, o MatchOptions) (*MatchSource, error) {
 	if o.Title == "" {
 		o.Title = "demo match"
 	}
-	geo, err := broadside.NewWorld(cfg) // for the islands and the size
-	if err != nil {
+	src := &MatchSource{cfg: cfg}
+	var err error
+	if src.world, err = WorldOf(o.Title, cfg); err != nil {
 		return nil, err
 	}
-	src := &MatchSource{cfg: cfg}
-	src.world = WorldOf(o.Title, cfg, geo)
 	store := lineage.NewMemStore()
 	if err := lineage.PutKindNames(ctx, store, broadside.KindNames); err != nil {
 		return nil, err
@@ -115,15 +114,13 @@ func PlayMatch(ctx context.Context, o MatchOptions) (*MatchSource, error) {
 	return src, nil
 }
 
-// WorldOf describes the world of cfg for the viewer; w is a
-// broadside.World of cfg (for its islands and size).
-func WorldOf(title string, cfg broadside.Config, w *broadside.World) World {
-	width, height := w.Size()
-	out := World{Title: title, Width: width, Height: height, Islands: w.Islands(), TickRate: broadside.TickRate}
-	for _, s := range w.Sectors() {
-		out.Sectors = append(out.Sectors, s.Bounds())
+// WorldOf describes the world of cfg for the viewer (its map).
+func WorldOf(title string, cfg broadside.Config) (World, error) {
+	m, err := broadside.MapOf(cfg)
+	if err != nil {
+		return World{}, err
 	}
-	return out
+	return World{Title: title, Width: m.Width, Height: m.Height, Islands: m.Islands, Sectors: m.Sectors, TickRate: broadside.TickRate}, nil
 }
 
 func cloneCommands(in []replay.Command) []replay.Command {

@@ -80,12 +80,11 @@ func newRecording(r *bsr.Reader, path string, o RecordingOptions) (*Recording, e
 	if uint32(cfg.Sectors()) != h.Shards {
 		return nil, fmt.Errorf("%d shards recorded for a world of %d sectors", h.Shards, cfg.Sectors())
 	}
-	w, err := broadside.NewWorld(cfg)
-	if err != nil {
+	rec := &Recording{r: r, cfg: cfg, done: make(chan struct{})}
+	var err error
+	if rec.world, err = WorldOf(filepath.Base(path), cfg); err != nil {
 		return nil, err
 	}
-	rec := &Recording{r: r, cfg: cfg, done: make(chan struct{})}
-	rec.world = WorldOf(filepath.Base(path), cfg, w)
 	if h.TickRate != 0 {
 		rec.world.TickRate = int(h.TickRate)
 	}

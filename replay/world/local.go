@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/lineage"
@@ -32,6 +33,12 @@ type LocalConfig struct {
 	KeepLog bool
 	// Logger receives the runners' warnings (nil: slog.Default()).
 	Logger *slog.Logger
+	// OutputDelay makes the shards' outputs reach the log this many ticks
+	// late, as a slow log does: an output of tick n is appended after
+	// TICK(n+OutputDelay) instead of right after TICK(n), so it is an
+	// input of tick n+1+OutputDelay (default 0). Tests use it to keep
+	// entities in transit between shards.
+	OutputDelay int
 }
 
 // LocalWorld runs a world's shards on an in-memory log (replay.MemLog)
@@ -42,6 +49,8 @@ type LocalConfig struct {
 // as a running world lays it out: the previous tick's outputs and the
 // commands submitted since, then the marker. Everything that generates or
 // re-simulates a match offline runs on it (tools, tests, benchmarks).
+// With an OutputDelay, outputs come OutputDelay markers later, still
+// before that tick's commands, as through a slow log.
 type LocalWorld struct {
 	cfg     LocalConfig
 	log     *replay.MemLog
@@ -50,6 +59,7 @@ type LocalWorld struct {
 	// markerPos is the log position of the last marker appended.
 	markerPos uint64
 	seq       map[uint32]uint64 // client sequence of each player's last command
+	held      *heldOutputs      // the outputs not yet due (OutputDelay), or nil
 	ctx       context.Context
 	cancel    context.CancelFunc
 	err       error
@@ -72,6 +82,11 @@ func NewLocal(cfg LocalConfig) (*LocalWorld, error) {
 	}
 	w := &LocalWorld{cfg: cfg, log: replay.NewMemLog(), seq: map[uint32]uint64{}}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
+	var app replay.Appender = w.log
+	if cfg.OutputDelay > 0 {
+		w.held = &heldOutputs{}
+		app = w.held
+	}
 	for i := range cfg.Game.Shards {
 		shard := uint32(i)
 		sim, err := cfg.Game.NewSim(shard)
@@ -83,7 +98,7 @@ func NewLocal(cfg LocalConfig) (*LocalWorld, error) {
 			rec = cfg.Recorder(shard)
 		}
 		r, err := replay.NewRunner(replay.RunnerConfig{
-			World: cfg.ID, Shard: shard, Sim: sim, Source: w.log.Subscribe(1), Appender: w.log,
+			World: cfg.ID, Shard: shard, Sim: sim, Source: w.log.Subscribe(1), Appender: app,
 			Recorder: rec, CommandKind: cfg.Game.CommandKind, Observer: cfg.Observer,
 			HistoryTicks: cfg.HistoryTicks, Logger: cfg.Logger,
 		})
@@ -131,7 +146,84 @@ func (w *LocalWorld) Step() error {
 			return w.err
 		}
 	}
+	if w.held != nil {
+		// RunUntil returned once every output of tick n was handed over.
+		if err := w.held.release(w.ctx, w.log, n-min(n, uint64(w.cfg.OutputDelay))); err != nil {
+			w.err = fmt.Errorf("world: tick %d: %w", n, err)
+			return w.err
+		}
+	}
 	w.tick = n
+	return nil
+}
+
+// InTransit returns the payloads of the shards' outputs that no tick has
+// taken as input yet (appended after the last marker, or held back by
+// OutputDelay), in the order the next ticks take them; use it between
+// Steps.
+func (w *LocalWorld) InTransit() ([][]byte, error) {
+	var out [][]byte
+	for from := w.markerPos + 1; from <= w.log.Tail(); {
+		es, err := w.log.Read(w.ctx, from, int(min(w.log.Tail()-from+1, 4096)))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			if env, err := wire.DecodeEnvelope(e.Record.Data); err == nil && env.Kind == wire.EnvelopeMigration {
+				out = append(out, env.Payload)
+			}
+			from = e.Pos + 1
+		}
+	}
+	if w.held != nil {
+		w.held.mu.Lock()
+		for _, o := range w.held.items {
+			out = append(out, o.payload)
+		}
+		w.held.mu.Unlock()
+	}
+	return out, nil
+}
+
+// heldOutputs is the runners' Appender of a LocalWorld with an
+// OutputDelay: it holds every output until Step releases it into the log.
+type heldOutputs struct {
+	mu    sync.Mutex // the runners' output goroutines append
+	items []heldOutput
+}
+
+type heldOutput struct {
+	tick    uint64 // the tick that produced it
+	id      msg.RecordID
+	data    []byte
+	payload []byte
+}
+
+// AppendWithID implements replay.Appender.
+func (h *heldOutputs) AppendWithID(_ context.Context, id msg.RecordID, data []byte) error {
+	env, err := wire.DecodeEnvelope(data)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.items = append(h.items, heldOutput{tick: env.Tick, id: id, data: data, payload: env.Payload})
+	h.mu.Unlock()
+	return nil
+}
+
+// release appends the outputs of ticks through tick to log, in the order
+// they were produced.
+func (h *heldOutputs) release(ctx context.Context, log *replay.MemLog, tick uint64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for n < len(h.items) && h.items[n].tick <= tick {
+		if err := log.AppendWithID(ctx, h.items[n].id, h.items[n].data); err != nil {
+			return err
+		}
+		n++
+	}
+	h.items = append(h.items[:0], h.items[n:]...)
 	return nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/internal/report"
 	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/replay/table"
+	"github.com/anoptic/broadside/replay/world"
 )
 
 // linBenchReport is the result; the first three fields are the headline
@@ -127,32 +129,97 @@ const (
 	linRoles
 )
 
-// linBenchWorld is a world and its recorders.
+// linBenchWorld is a world (a LocalWorld: one Runner per sector, as the
+// engine runs them) and its recorders; every runner records to the
+// recorder of the current role.
 type linBenchWorld struct {
-	w    *broadside.World
+	w    *world.LocalWorld
+	rec  *roleRecorder
 	logs [linRoles]*lineage.Log // nil for linRoleNop
 	step []time.Duration
 }
 
-// stepOnce runs one tick in a role, timing what the engine runs per tick.
-func (b *linBenchWorld) stepOnce(ctx context.Context, role int) error {
-	start := time.Now()
-	lg := b.logs[role]
-	if lg == nil {
-		b.w.Step(lineage.Nop)
-		b.step = append(b.step, time.Since(start))
-		return nil
-	}
-	if err := lg.BeginTick(ctx, 0, b.w.Tick()+1); err != nil {
+func (b *linBenchWorld) submit(player uint32, c broadside.PlayerCommand) error {
+	p, err := broadside.EncodeCommand(c)
+	if err != nil {
 		return err
 	}
-	in := b.w.Step(lg)
-	for i := range in {
-		lg.Input(lineage.CommandInfo{Pos: in[i].Pos, Player: in[i].Player, Kind: broadside.RecordKind(in[i])})
+	return b.w.Submit(player, p)
+}
+
+// hash combines the sectors' state hashes, in sector order.
+func (b *linBenchWorld) hash() uint64 {
+	h := uint64(b.w.Shards())
+	for i := range b.w.Shards() {
+		h = table.Mix64(h ^ b.w.Sim(uint32(i)).Hash())
 	}
-	err := lg.EndTick(ctx)
+	return h
+}
+
+// sector returns sector i (between steps).
+func (b *linBenchWorld) sector(i int) *broadside.Sector {
+	return b.w.Sim(uint32(i)).(*broadside.Sector)
+}
+
+func (b *linBenchWorld) ballCount() int {
+	n := 0
+	for i := range b.w.Shards() {
+		n += b.sector(i).BallCount()
+	}
+	return n
+}
+
+// stepOnce runs one tick in a role, timing what the engine runs per tick.
+func (b *linBenchWorld) stepOnce(ctx context.Context, role int) error {
+	b.rec.set(b.logs[role])
+	start := time.Now()
+	err := b.w.Step()
 	b.step = append(b.step, time.Since(start))
 	return err
+}
+
+// roleRecorder is the recorder of every runner of a linBenchWorld: it
+// passes on to the Log of the current role, or records nothing (the Nop
+// role: the bracket calls then return at once).
+type roleRecorder struct{ lg *lineage.Log }
+
+func (r *roleRecorder) set(lg *lineage.Log) { r.lg = lg }
+
+// Command implements lineage.Recorder.
+func (r *roleRecorder) Command(e lineage.EntityID, pos uint64) {
+	if r.lg != nil {
+		r.lg.Command(e, pos)
+	}
+}
+
+// Derived implements lineage.Recorder.
+func (r *roleRecorder) Derived(e, from lineage.EntityID) {
+	if r.lg != nil {
+		r.lg.Derived(e, from)
+	}
+}
+
+// BeginTick implements lineage.TickRecorder.
+func (r *roleRecorder) BeginTick(ctx context.Context, shard lineage.ShardID, tick uint64) error {
+	if r.lg == nil {
+		return nil
+	}
+	return r.lg.BeginTick(ctx, shard, tick)
+}
+
+// Input implements lineage.TickRecorder.
+func (r *roleRecorder) Input(c lineage.CommandInfo) {
+	if r.lg != nil {
+		r.lg.Input(c)
+	}
+}
+
+// EndTick implements lineage.TickRecorder.
+func (r *roleRecorder) EndTick(ctx context.Context) error {
+	if r.lg == nil {
+		return nil
+	}
+	return r.lg.EndTick(ctx)
 }
 
 type linOrder struct {
@@ -244,16 +311,23 @@ func (b *linBench) newLog(background bool) (*lineage.Log, error) {
 }
 
 func (b *linBench) newWorld() (*linBenchWorld, error) {
-	w, err := broadside.NewWorld(b.game)
+	game, err := broadside.NewGame(b.game, 0)
 	if err != nil {
 		return nil, err
 	}
+	bw := &linBenchWorld{rec: &roleRecorder{}}
+	bw.w, err = world.NewLocal(world.LocalConfig{Game: game, Logger: b.o.Logger,
+		Recorder: func(uint32) lineage.Recorder { return bw.rec }})
+	if err != nil {
+		return nil, err
+	}
+	b.cleanup = append(b.cleanup, bw.w.Close)
 	for p := uint32(1); p <= uint32(b.o.Ships); p++ {
-		if err := w.SubmitCommand(p, broadside.Join()); err != nil {
+		if err := bw.submit(p, broadside.Join()); err != nil {
 			return nil, err
 		}
 	}
-	return &linBenchWorld{w: w}, nil
+	return bw, nil
 }
 
 // start creates the planner and the measured world with their logs and
@@ -291,7 +365,7 @@ func (b *linBench) start() error {
 
 func (b *linBench) submit(to *linBenchWorld) {
 	for _, x := range b.orders {
-		_ = to.w.SubmitCommand(x.player, x.cmd)
+		_ = to.submit(x.player, x.cmd)
 	}
 }
 
@@ -303,10 +377,11 @@ func (b *linBench) planTick() error {
 	}
 	b.plan.step = b.plan.step[:0]
 	b.views = b.views[:0]
-	w := b.plan.w
-	w.Ships(func(v broadside.ShipView) { b.views = append(b.views, v) })
+	for i := range b.plan.w.Shards() {
+		b.plan.sector(i).Ships(func(v broadside.ShipView) { b.views = append(b.views, v) })
+	}
 	b.orders = b.orders[:0]
-	b.fleet.Act(w.Tick(), b.views, func(p uint32, c broadside.PlayerCommand) { b.orders = append(b.orders, linOrder{p, c}) })
+	b.fleet.Act(b.plan.w.Tick(), b.views, func(p uint32, c broadside.PlayerCommand) { b.orders = append(b.orders, linOrder{p, c}) })
 	b.submit(b.plan)
 	return nil
 }
@@ -345,13 +420,13 @@ func (b *linBench) measureOverhead() error {
 			totals[role] += d
 			ticks[role] = append(ticks[role], d)
 		}
-		if b.meas.w.Hash() != b.plan.w.Hash() {
+		if b.meas.hash() != b.plan.hash() {
 			return fmt.Errorf("tick %d: the measured world diverged from the planner", b.meas.w.Tick())
 		}
 		inRatios = append(inRatios, float64(t[linRoleInline])/float64(t[linRoleNop]))
 		bgRatios = append(bgRatios, float64(t[linRoleBackground])/float64(t[linRoleNop]))
 		if tr%16 == 0 {
-			ballSum += float64(b.plan.w.BallCount())
+			ballSum += float64(b.plan.ballCount())
 			ballN++
 		}
 		if tr%200 == 199 {

@@ -100,7 +100,7 @@ func NewLocal(cfg LocalConfig) (*LocalWorld, error) {
 		r, err := replay.NewRunner(replay.RunnerConfig{
 			World: cfg.ID, Shard: shard, Sim: sim, Source: w.log.Subscribe(1), Appender: app,
 			Recorder: rec, CommandKind: cfg.Game.CommandKind, Observer: cfg.Observer,
-			HistoryTicks: cfg.HistoryTicks, Logger: cfg.Logger,
+			HistoryTicks: cfg.HistoryTicks, Logger: cfg.Logger, Synchronous: true,
 		})
 		if err != nil {
 			return nil, err

@@ -42,6 +42,9 @@ models:
 
 --quick: a 3-minute match, fewer seeks. The JSON keys seek_p50_ms, seek_p99_ms
 and bytes_per_minute are ours.`,
+		Example: `  broadside bench seek --quick
+  broadside replay export --bots 20 --minutes 1 -o bots.bsr
+  broadside bench seek --recording bots.bsr --seeks 200 --no-anchors`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/coord"
 	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/spf13/pflag"
 )
@@ -150,4 +152,27 @@ func (f *clusterFlags) dialCluster(ctx context.Context, cc cmdlog.ClientConfig) 
 
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// durabilityUsage is the help of every --durability flag.
+const durabilityUsage = "when a sequencing replica acknowledges: fsync (after syncing its write-ahead log: acknowledged 'durable') or memory (in memory on every replica of the view: acknowledged 'replicated', lost if every replica dies)"
+
+// parseDurability reads a --durability flag.
+func parseDurability(s string) (seq.Durability, error) {
+	switch s {
+	case "fsync":
+		return seq.Fsync, nil
+	case "memory":
+		return seq.Memory, nil
+	}
+	return 0, fmt.Errorf("--durability must be fsync or memory, not %q", s)
+}
+
+// announceDurability says at start-up what an acknowledgement promises.
+func announceDurability(w io.Writer, d seq.Durability) {
+	if d == seq.Fsync {
+		fmt.Fprintln(w, "durability fsync: a command is acknowledged 'durable' once every sequencing replica has synced it to its write-ahead log; it survives a crash of the whole process")
+		return
+	}
+	fmt.Fprintln(w, "durability memory (opt-in): a command is acknowledged 'replicated' once it is in memory on every sequencing replica; a crash of every replica (with the embedded log: of this process) loses it, and the data directory cannot resume")
 }

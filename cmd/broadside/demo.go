@@ -18,7 +18,7 @@ import (
 
 func newDemoCmd() *cobra.Command {
 	var o match.Options
-	var jsonFile string
+	var jsonFile, durability string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a whole Broadside match in one process: log cluster, game server, bots, faults, checks",
@@ -45,7 +45,11 @@ alone (real cluster, and the deterministic simulator).`,
 			if o.Bots <= 0 || o.Duration < 3*time.Second || o.Rate <= 0 {
 				return fmt.Errorf("need --bots > 0, --rate > 0 and --duration of at least 3s")
 			}
-			o.Out = cmd.OutOrStdout()
+			d, err := parseDurability(durability)
+			if err != nil {
+				return err
+			}
+			o.Durability, o.Out = d, cmd.OutOrStdout()
 			rep, err := match.Run(cmd.Context(), o)
 			if jsonFile != "" && rep.Ticks > 0 {
 				if jerr := writeJSONFile(jsonFile, rep); jerr != nil && err == nil {
@@ -63,7 +67,7 @@ alone (real cluster, and the deterministic simulator).`,
 	f.StringVar(&jsonFile, "json", "", "write the summary as JSON to `FILE` (keys acked, applied, lost, recoveries, recovery_ms, determinism_ok, recording, ...)")
 	f.StringVar(&o.Dir, "dir", "", "working directory (default: a new temporary one; the data under it is removed, the recording kept)")
 	f.StringVar(&o.Recording, "recording", "", "where to write the recording (default: match.bsr in the working directory)")
-	f.BoolVar(&o.Fsync, "fsync", false, "sequencing replicas sync a write-ahead log before acknowledging")
+	f.StringVar(&durability, "durability", "fsync", durabilityUsage)
 	f.BoolVar(&o.NoFaults, "no-faults", false, "do not kill a sim shard or crash the sequencing leader")
 	cmd.AddCommand(newDemoLogCmd(), newDemoDSTCmd())
 	return cmd

@@ -52,11 +52,12 @@ once every sequencing replica of the current view holds them; the view's leader
 orders them into the shards in the background.
 
 Durability of the sequencing replicas (--durability):
-  memory  acknowledged once in memory on every replica of the view (as in the
-          LazyLog paper): an acknowledged append survives as long as one
-          replica of that view survives.
-  fsync   acknowledged only after the replica's write-ahead log (Pebble, under
-          --data) is synced: it survives the crash of every replica.
+  fsync   (the default) acknowledged only after the replica's write-ahead log
+          (Pebble, under --data) is synced: an acknowledgement says 'durable'
+          and the append survives the crash of every replica.
+  memory  (opt-in) acknowledged once in memory on every replica of the view
+          (as in the LazyLog paper): an acknowledgement says 'replicated';
+          the append survives as long as one replica of that view survives.
 Shards always sync their Pebble store before acknowledging the leader.
 
 The view coordinator is NATS JetStream KV (--coord nats://...). For one
@@ -81,7 +82,7 @@ data under --data/nats) that the other nodes use as --coord.`,
 	f.Uint32Var(&o.id, "id", 0, "this node's id (its entry in --peers)")
 	f.StringVar(&o.listen, "listen", "", "UDP address to listen on (default: this node's --peers address)")
 	f.StringVar(&o.dataDir, "data", "", "data directory (write-ahead log or shard store)")
-	f.StringVar(&o.durability, "durability", "memory", "sequencing replicas: memory or fsync")
+	f.StringVar(&o.durability, "durability", "fsync", durabilityUsage)
 	f.StringVar(&o.embeddedNATS, "embedded-nats", "", "start a nats-server in this process on HOST:PORT and use it as the coordinator")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /debug/pprof on this address")
 	f.IntVar(&o.suspect, "suspect-ticks", 20, "ticks of silence before a peer is considered failed")
@@ -177,15 +178,11 @@ type logdNode struct {
 // runSeq runs a sequencing replica, bootstrapping the cluster's first
 // view with replicas if there is none yet.
 func (n logdNode) runSeq(ctx context.Context, o logdFlags, co coord.Coordinator, replicas []msg.NodeID) error {
-	var d seq.Durability
-	switch o.durability {
-	case "memory":
-		d = seq.Memory
-	case "fsync":
-		d = seq.Fsync
-	default:
-		return fmt.Errorf("--durability must be memory or fsync, not %q", o.durability)
+	d, err := parseDurability(o.durability)
+	if err != nil {
+		return err
 	}
+	announceDurability(os.Stderr, d)
 	if _, err := cmdlog.Bootstrap(ctx, co, replicas); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/embedded"
 	"github.com/anoptic/broadside/cmdlog/node"
+	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/netcode/server"
@@ -43,7 +44,7 @@ type serveOptions struct {
 	adminAddr  string
 	rate       float64
 	burst      int
-	fsync      bool
+	durability string
 	external   clusterFlags
 	useLog     bool
 	worldSize  int32
@@ -62,8 +63,18 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the dedicated game server",
 		Long: `Run the dedicated game server: players connect over QUIC (ALPN broadside/1),
 authenticate with a signed token ('broadside token'), and send commands that are
-verified, rate-limited, appended to the command log and acknowledged when
-durable.
+verified, rate-limited, appended to the command log and acknowledged once the
+log holds them.
+
+What an acknowledgement promises (--durability):
+  fsync   (the default) 'durable': synced to the write-ahead log of every
+          sequencing replica. A server killed at any moment (SIGKILL, power
+          loss) restarts on its --data and resumes the same match with every
+          acknowledged command.
+  memory  (opt-in, announced at start-up) 'replicated': in memory on every
+          sequencing replica. Faster; but with the embedded log a crash of
+          this process loses the replicas' state, and its --data cannot
+          resume (the server says so and how to start a new match).
 
 By default the server runs its own command log in-process (3 sequencing
 replicas and 2 shards on loopback QUIC, Pebble under --data). --log joins an
@@ -89,10 +100,10 @@ it; in production give --cert and --key.`,
 	f.StringVar(&o.keyFile, "key", "", "production: private key file")
 	f.StringVar(&o.secretFile, "secret-file", "broadside-dev/server.secret", "player token secret (created if missing)")
 	f.StringVar(&o.dataDir, "data", "broadside-dev/data", "data directory: the embedded command log (log/: shards, write-ahead logs, coordinator) and the world's snapshot and lineage stores (world/)")
-	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /metrics, /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server')")
+	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server')")
 	f.Float64Var(&o.rate, "rate", 60, "commands per second a player may send (token bucket)")
 	f.IntVar(&o.burst, "burst", 30, "token bucket size")
-	f.BoolVar(&o.fsync, "fsync", false, "embedded log: sequencing replicas sync a write-ahead log before acknowledging")
+	f.StringVar(&o.durability, "durability", "fsync", durabilityUsage+"; with --log, say what the cluster's replicas run (logd --durability)")
 	f.BoolVar(&o.useLog, "log", false, "join an external command log cluster instead of running one")
 	f.Int32Var(&o.worldSize, "world-size", 4000, "width and height of the sea in metres")
 	f.IntVar(&o.sectors, "sectors", 2, "sectors (sim shards) per side: the world runs sectors² shards")
@@ -154,6 +165,8 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		"/lineage":        lineageHandler(lineageStore),
 		"/lineage/store/": lineage.StoreHandler(lineageStore),
 		"/replay/":        world.ExportHandler(worldRef.Load),
+		"/healthz":        world.HealthHandler(),
+		"/readyz":         world.ReadyHandler(worldRef.Load),
 	})
 
 	specDelay := uint64(o.specDelay / (time.Second / broadside.TickRate))
@@ -161,7 +174,12 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return fmt.Errorf("--spectator-delay %v: at most %v (the server keeps %d ticks of state)", o.specDelay,
 			time.Duration(world.FrameRing-16)*time.Second/broadside.TickRate, world.FrameRing)
 	}
-	logc, worldc, closeLog, err := openServerLog(ctx, o, log, reg)
+	durability, err := parseDurability(o.durability)
+	if err != nil {
+		return err
+	}
+	announceDurability(out, durability)
+	logc, worldc, closeLog, err := openServerLog(ctx, o, durability, log, reg)
 	if err != nil {
 		return err
 	}
@@ -226,7 +244,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 // migrations, the runners' reads) use two clients: a client keeps a bounded
 // number of append rounds in flight, and under a flood of commands the
 // world's tick markers must not wait behind them.
-func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *prometheus.Registry) (intake, worldLog world.Log, closeAll func(), err error) {
+func openServerLog(ctx context.Context, o serveOptions, d seq.Durability, log *slog.Logger, reg *prometheus.Registry) (intake, worldLog world.Log, closeAll func(), err error) {
 	latency := node.AppendLatency(reg)
 	if o.useLog {
 		c, closeC, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{OnAppendLatency: latency})
@@ -240,10 +258,10 @@ func openServerLog(ctx context.Context, o serveOptions, log *slog.Logger, reg *p
 		}
 		return c, w, func() { closeW(); closeC() }, nil
 	}
-	if err := embedded.CheckRestartable(o.dataDir, o.fsync); err != nil {
+	if err := embedded.CheckRestartable(o.dataDir, d); err != nil {
 		return nil, nil, nil, err
 	}
-	el, err := embedded.Start(ctx, embedded.Options{Dir: filepath.Join(o.dataDir, "log"), Fsync: o.fsync, OnAppendLatency: latency})
+	el, err := embedded.Start(ctx, embedded.Options{Dir: filepath.Join(o.dataDir, "log"), Durability: d, OnAppendLatency: latency})
 	if err != nil {
 		return nil, nil, nil, err
 	}

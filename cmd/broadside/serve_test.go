@@ -32,7 +32,7 @@ func (l lockedOutput) String() string {
 // every command is acknowledged and seen applied in state updates, that
 // SIGINT shuts the server down gracefully with a final snapshot, and that
 // a restarted server resumes the same world from its data directory (with
-// --fsync; a memory-durability log refuses to restart, checked too).
+// the default fsync durability; a memory-durability restart of it is refused, checked too).
 func TestServeAndBotsProcesses(t *testing.T) {
 	dir := t.TempDir()
 	port := freeUDPPort(t)
@@ -43,7 +43,7 @@ func TestServeAndBotsProcesses(t *testing.T) {
 	}
 	admin := l.Addr().String()
 	l.Close()
-	serveArgs := []string{"serve", "--dev", "--fsync", "--listen", addr, "--admin-addr", admin,
+	serveArgs := []string{"serve", "--dev", "--listen", addr, "--admin-addr", admin,
 		"--tls-dir", filepath.Join(dir, "tls"), "--secret-file", filepath.Join(dir, "server.secret"), "--data", filepath.Join(dir, "data")}
 	runServer := func(name string) (*exec.Cmd, lockedOutput) {
 		f, err := os.Create(filepath.Join(dir, name))
@@ -149,12 +149,12 @@ func TestServeAndBotsProcesses(t *testing.T) {
 	if second <= first {
 		t.Fatalf("restarted world stopped at tick %d, not after %d", second, first)
 	}
-	// Without --fsync the same directory is refused with a clear error.
-	args := append([]string(nil), serveArgs...)
-	args = append(args[:2], args[3:]...)
+	// In memory durability the same directory is refused with a clear
+	// error: its mode cannot change.
+	args := append(append([]string(nil), serveArgs...), "--durability", "memory")
 	cmd = exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "BROADSIDE_TEST_MAIN=1")
-	if b, err := cmd.CombinedOutput(); err == nil || !bytes.Contains(b, []byte("restart it with --fsync")) {
-		t.Fatalf("serve without --fsync on an fsync directory: %v\n%s", err, b)
+	if b, err := cmd.CombinedOutput(); err == nil || !bytes.Contains(b, []byte("restart it with --durability fsync")) {
+		t.Fatalf("serve --durability memory on an fsync directory: %v\n%s", err, b)
 	}
 }

@@ -30,9 +30,11 @@ type Options struct {
 	// Dir holds the shard stores, the write-ahead logs and the
 	// coordinator's state (required).
 	Dir string
-	// Fsync makes the sequencing replicas sync a write-ahead log before
-	// acknowledging (seq.Fsync); otherwise they acknowledge from memory.
-	Fsync bool
+	// Durability is when the sequencing replicas acknowledge: seq.Fsync
+	// (after syncing a write-ahead log; the only mode a restarted process
+	// can resume) or seq.Memory (from memory). The zero value is
+	// seq.Memory: callers say which they want.
+	Durability seq.Durability
 	// OnAppendLatency, if set, observes every append of the players'
 	// client (Log).
 	OnAppendLatency func(time.Duration)
@@ -77,10 +79,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{coord: co, nats: ns, closeNC: closeNC, group: mesh.NewGroup(server, client, quiet), disk: &cmdlog.DiskStorage{Dir: o.Dir, Logger: quiet}}
-	durability := seq.Memory
-	if o.Fsync {
-		durability = seq.Fsync
-	}
+	durability := o.Durability
 	c.lc, err = cmdlog.StartLocal(ctx, cmdlog.LocalConfig{
 		Coordinator: c.coord, Network: c.group, Durability: durability, Logger: quiet,
 		Timing: node.Timing{Tick: 5 * time.Millisecond}, Core: seq.Config{SuspectTicks: 60},
@@ -127,10 +126,11 @@ func (c *Cluster) Close() {
 // (that is what an acknowledgement meant), so when the whole process
 // stops, the cluster cannot resume; the shards' ordered records remain but
 // no replica can vouch for the rest. With fsync the replicas' write-ahead
-// logs let it resume. The mode of a data directory is kept in a file.
-func CheckRestartable(dataDir string, fsync bool) error {
+// logs let it resume. The mode of a data directory is kept in a file, so
+// the mode of a directory cannot change.
+func CheckRestartable(dataDir string, d seq.Durability) error {
 	mode := "memory"
-	if fsync {
+	if d == seq.Fsync {
 		mode = "fsync"
 	}
 	marker := filepath.Join(dataDir, "log-durability")
@@ -145,10 +145,10 @@ func CheckRestartable(dataDir string, fsync bool) error {
 		return err
 	}
 	if p := strings.TrimSpace(string(prev)); p != "fsync" {
-		return fmt.Errorf("%s holds an embedded command log that ran in %s durability: its sequencing replicas' state was lost when the server stopped, so it cannot resume; start with an empty --data (or remove %s), and use --fsync to be able to restart a server on its data", dataDir, p, dataDir)
+		return fmt.Errorf("%s holds an embedded command log that ran in %s durability: its sequencing replicas' state was lost when the process stopped, so it cannot resume (that is what a 'replicated' acknowledgement allows); to start a new match, remove %s or give another --data; --durability fsync (the default) can restart on its data", dataDir, p, dataDir)
 	}
-	if !fsync {
-		return fmt.Errorf("%s holds an embedded command log in fsync durability: restart it with --fsync", dataDir)
+	if d != seq.Fsync {
+		return fmt.Errorf("%s holds an embedded command log in fsync durability: restart it with --durability fsync (the default), or start a new match with another --data", dataDir)
 	}
 	return nil
 }

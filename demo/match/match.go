@@ -21,6 +21,7 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog/embedded"
 	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/demo/bots"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/netcode/server"
@@ -46,8 +47,9 @@ type Options struct {
 	// Recording is where to write the recording (default: match.bsr in
 	// Dir).
 	Recording string
-	Fsync     bool
-	NoFaults  bool
+	// Durability is the embedded log's (see cmdlog/embedded).
+	Durability seq.Durability
+	NoFaults   bool
 	// Out receives the match's narration (nil: none).
 	Out io.Writer
 }
@@ -175,7 +177,7 @@ func (m *match) startServer(ctx context.Context) error {
 	errLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	reg := prometheus.NewRegistry()
 	var err error
-	if m.log, err = embedded.Start(ctx, embedded.Options{Dir: filepath.Join(m.o.Dir, "data", "log"), Fsync: m.o.Fsync}); err != nil {
+	if m.log, err = embedded.Start(ctx, embedded.Options{Dir: filepath.Join(m.o.Dir, "data", "log"), Durability: m.o.Durability}); err != nil {
 		return err
 	}
 	v0, _, err := m.log.Coordinator().Get(ctx)

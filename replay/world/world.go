@@ -2,6 +2,7 @@ package world
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -88,6 +89,8 @@ type World struct {
 	tickerDone, supDone     chan error
 	publishDone, trimDone   chan struct{}
 
+	lastFrame atomic.Int64 // unix nanos of the newest complete tick
+
 	mu         sync.Mutex
 	recoveries []replay.Recovery
 	stored     map[uint32]uint64 // log position of the newest full snapshot stored, per shard
@@ -116,6 +119,66 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	}
 	reg.MustRegister(m.step, m.overruns, m.tick, m.recovered)
 	return m
+}
+
+// Sector states of the broadside_world_sector_state gauge.
+const (
+	stateLive       = 0
+	stateRecovering = 1
+	stateStopped    = 2
+)
+
+// registerSectorStates adds a gauge of each shard's state (0 live, 1
+// recovering, 2 stopped) to reg.
+func (w *World) registerSectorStates(reg prometheus.Registerer) {
+	for shard := range w.cfg.Game.Shards {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "broadside", Subsystem: "world", Name: "sector_state",
+			Help:        "State of a sector's runner: 0 live, 1 recovering, 2 stopped.",
+			ConstLabels: prometheus.Labels{"sector": fmt.Sprint(shard)}},
+			func() float64 { return float64(w.shardState(uint32(shard))) }))
+	}
+}
+
+func (w *World) shardState(shard uint32) int {
+	for _, st := range w.sup.Status() {
+		if st.Shard == shard {
+			switch {
+			case st.Done:
+				return stateStopped
+			case st.Recovering:
+				return stateRecovering
+			}
+			return stateLive
+		}
+	}
+	return stateStopped
+}
+
+// Ready says whether the world serves: the log answers within a second,
+// every shard is live, and a tick completed within the last second (the
+// world ticks). The error says what is not.
+func (w *World) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := w.cfg.Log.CheckTail(ctx); err != nil {
+		return fmt.Errorf("the command log does not answer: %w", err)
+	}
+	for _, st := range w.sup.Status() {
+		switch {
+		case st.Done:
+			return fmt.Errorf("sector %d stopped", st.Shard)
+		case st.Recovering:
+			return fmt.Errorf("sector %d is recovering (runner %d)", st.Shard, st.Incarnation)
+		}
+	}
+	last := w.lastFrame.Load()
+	if last == 0 {
+		return errors.New("no tick completed yet")
+	}
+	if age := time.Since(time.Unix(0, last)); age > time.Second {
+		return fmt.Errorf("no tick completed for %v (last: tick %d)", age.Round(time.Millisecond), w.Tick())
+	}
+	return nil
 }
 
 // Start opens the stores and starts the world; Stop stops it.
@@ -174,6 +237,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		w.closeStores()
 		return nil, err
 	}
+	w.registerSectorStates(cfg.Registry)
 	if w.ticker, err = replay.NewTicker(replay.TickerConfig{World: cfg.ID, Log: cfg.Log, Rate: cfg.Game.TickRate}); err != nil {
 		w.closeStores()
 		return nil, err
@@ -255,6 +319,7 @@ func (w *World) publish(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-w.frames.Ready():
+			w.lastFrame.Store(time.Now().UnixNano())
 			tick := w.frames.Latest()
 			w.metrics.tick.Set(float64(tick))
 			if w.cfg.OnFrame != nil {

@@ -44,6 +44,11 @@ func TestWorldTrimsAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop(ctx)
+	for deadline := time.Now().Add(10 * time.Second); w.Ready(ctx) != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the world is not ready after 10 s: %v", w.Ready(ctx))
+		}
+	}
 	// Players join and steer, so the log holds commands too.
 	for p := uint32(1); p <= 6; p++ {
 		if err := appendCommand(ctx, el.Log(), p, 1, broadside.Join()); err != nil {

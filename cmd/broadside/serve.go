@@ -24,6 +24,8 @@ import (
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
+	"github.com/anoptic/broadside/replay/bsr"
+	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/world"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -54,6 +56,13 @@ type serveOptions struct {
 	interest   float64
 	specDelay  time.Duration
 	retain     time.Duration
+	record     string
+	// killAtSnapshot, a test hook, SIGKILLs the process as it is about to
+	// store its Nth snapshot.
+	killAtSnapshot int
+	// killAtRestore, a test hook, SIGKILLs the process as it is about to
+	// read its Nth snapshot back (restoring a sector).
+	killAtRestore int
 }
 
 func newServeCmd() *cobra.Command {
@@ -100,7 +109,7 @@ it; in production give --cert and --key.`,
 	f.StringVar(&o.keyFile, "key", "", "production: private key file")
 	f.StringVar(&o.secretFile, "secret-file", "broadside-dev/server.secret", "player token secret (created if missing)")
 	f.StringVar(&o.dataDir, "data", "broadside-dev/data", "data directory: the embedded command log (log/: shards, write-ahead logs, coordinator) and the world's snapshot and lineage stores (world/)")
-	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server')")
+	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /world/hashes?from=T (every sector's state hash per tick, to check against a re-simulation), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server')")
 	f.Float64Var(&o.rate, "rate", 60, "commands per second a player may send (token bucket)")
 	f.IntVar(&o.burst, "burst", 30, "token bucket size")
 	f.StringVar(&o.durability, "durability", "fsync", durabilityUsage+"; with --log, say what the cluster's replicas run (logd --durability)")
@@ -112,8 +121,76 @@ it; in production give --cert and --key.`,
 	f.Float64Var(&o.interest, "interest", 600, "players see ships and balls in the 3×3 cells of this size (metres) around their ship")
 	f.DurationVar(&o.specDelay, "spectator-delay", 2*time.Second, "how far behind the players spectators see the world")
 	f.DurationVar(&o.retain, "retain", 0, "trim the command log and the lineage to about this much play (never past what recovery needs); 0 keeps the whole match (needed to export a recording of it)")
+	f.StringVar(&o.record, "record", "", "record the live match into this .bsr `FILE`; after a crash and restart the recording continues in a new segment beside it (FILE.2.bsr, ...), each of which 'replay verify' checks")
+	f.IntVar(&o.killAtSnapshot, "test-kill-at-snapshot", 0, "test hook: SIGKILL this process as it is about to store its Nth snapshot")
+	f.IntVar(&o.killAtRestore, "test-kill-at-restore", 0, "test hook: SIGKILL this process as it is about to read back its Nth snapshot (in a recovery)")
+	_ = f.MarkHidden("test-kill-at-snapshot")
+	_ = f.MarkHidden("test-kill-at-restore")
 	o.external.registerPrefixed(f, "log-")
 	return cmd
+}
+
+// serverTLS returns the players' TLS configuration the flags give.
+func (o serveOptions) serverTLS(out io.Writer) (*tls.Config, error) {
+	switch {
+	case o.certFile != "" && o.keyFile != "":
+		return transport.ServerTLS(o.certFile, o.keyFile)
+	case o.dev:
+		ca, err := transport.LoadOrCreateDevCA(o.tlsDir)
+		if err != nil {
+			return nil, err
+		}
+		cert := filepath.Join(o.tlsDir, transport.DevCACertFile)
+		fmt.Fprintf(out, "development CA: clients trust %s (bots: --ca %s)\n", cert, cert)
+		return ca.ServerTLS("localhost")
+	}
+	return nil, fmt.Errorf("give --dev (development CA) or --cert and --key")
+}
+
+// worldHandlers are the admin endpoints of the world running (nil while
+// none is).
+func worldHandlers(running func() *world.World) map[string]http.Handler {
+	lineageStore := func() (lineage.Store, func()) {
+		if w := running(); w != nil {
+			return w.LineageStore()
+		}
+		return nil, func() {}
+	}
+	return map[string]http.Handler{
+		"/lineage":        lineageHandler(lineageStore),
+		"/lineage/store/": lineage.StoreHandler(lineageStore),
+		"/replay/":        world.ExportHandler(running),
+		"/healthz":        world.HealthHandler(),
+		"/readyz":         world.ReadyHandler(running),
+		"/world/hashes":   world.HashesHandler(running),
+	}
+}
+
+// killAt returns a function that SIGKILLs this process the nth time it
+// is called (nil for n 0): the crash tests' way to die in the middle of a
+// snapshot write or a recovery.
+func killAt(n int) func() {
+	if n <= 0 {
+		return nil
+	}
+	var seen atomic.Int64
+	return func() {
+		if seen.Add(1) == int64(n) {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+}
+
+// hooks returns the world's test kill points the flags ask for.
+func (o serveOptions) hooks() (beforePut func(snapshot.Meta), beforeGet func(uint32, uint64)) {
+	if k := killAt(o.killAtSnapshot); k != nil {
+		beforePut = func(snapshot.Meta) { k() }
+	}
+	if k := killAt(o.killAtRestore); k != nil {
+		beforeGet = func(uint32, uint64) { k() }
+	}
+	return beforePut, beforeGet
 }
 
 // gameConfig returns the world the flags describe.
@@ -130,23 +207,9 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err != nil {
 		return err
 	}
-	var serverTLS *tls.Config
-	switch {
-	case o.certFile != "" && o.keyFile != "":
-		if serverTLS, err = transport.ServerTLS(o.certFile, o.keyFile); err != nil {
-			return err
-		}
-	case o.dev:
-		ca, err := transport.LoadOrCreateDevCA(o.tlsDir)
-		if err != nil {
-			return err
-		}
-		if serverTLS, err = ca.ServerTLS("localhost"); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "development CA: clients trust %s (bots: --ca %s)\n", filepath.Join(o.tlsDir, transport.DevCACertFile), filepath.Join(o.tlsDir, transport.DevCACertFile))
-	default:
-		return fmt.Errorf("give --dev (development CA) or --cert and --key")
+	serverTLS, err := o.serverTLS(out)
+	if err != nil {
+		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -155,19 +218,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return err
 	}
 	var worldRef atomic.Pointer[world.World]
-	lineageStore := func() (lineage.Store, func()) {
-		if w := worldRef.Load(); w != nil {
-			return w.LineageStore()
-		}
-		return nil, func() {}
-	}
-	serveAdmin(ctx, o.adminAddr, reg, log, map[string]http.Handler{
-		"/lineage":        lineageHandler(lineageStore),
-		"/lineage/store/": lineage.StoreHandler(lineageStore),
-		"/replay/":        world.ExportHandler(worldRef.Load),
-		"/healthz":        world.HealthHandler(),
-		"/readyz":         world.ReadyHandler(worldRef.Load),
-	})
+	serveAdmin(ctx, o.adminAddr, reg, log, worldHandlers(worldRef.Load))
 
 	specDelay := uint64(o.specDelay / (time.Second / broadside.TickRate))
 	if specDelay+16 > world.FrameRing {
@@ -198,14 +249,24 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	// Players learn which of their commands a tick applied with that
 	// tick's state.
 	frames.OnApplied(srv.NoteApplied)
+	beforePut, beforeGet := o.hooks()
 	running, err := world.Start(ctx, world.Config{
 		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: worldc, Frames: frames, OnFrame: srv.Publish,
-		Logger: log, Registry: reg, Retain: o.retain,
+		Logger: log, Registry: reg, Retain: o.retain, BeforeSnapshotPut: beforePut, BeforeSnapshotGet: beforeGet,
 	})
 	if err != nil {
 		return err
 	}
 	worldRef.Store(running)
+	var rec *world.Recording
+	if o.record != "" {
+		var seg string
+		if rec, seg, err = world.StartSegmentRecording(ctx, o.record, game, world.DefaultID, worldc, bsr.RecordConfig{Logger: quietLogger()}); err != nil {
+			running.Stop(context.Background())
+			return err
+		}
+		fmt.Fprintf(out, "recording the match to %s\n", seg)
+	}
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServe()
 	served := make(chan error, 1)
@@ -232,6 +293,13 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		log.Warn("final snapshot", "err", err)
 	} else {
 		fmt.Fprintf(out, "final snapshot of every sector stored at tick %d\n", final)
+	}
+	if rec != nil {
+		if _, err := rec.Finish(dctx, final); err != nil {
+			log.Warn("recording", "err", err)
+		} else {
+			fmt.Fprintf(out, "recording complete through tick %d: %s\n", final, rec.Path())
+		}
 	}
 	stopServe()
 	err = <-served

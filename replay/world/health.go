@@ -1,8 +1,10 @@
 package world
 
 import (
+	"bufio"
 	"fmt"
 	"net/http"
+	"strconv"
 )
 
 // HealthHandler answers /healthz: the process is up (it answers at all).
@@ -36,5 +38,47 @@ func ReadyHandler(world func() *World, checks ...func() error) http.Handler {
 			}
 		}
 		fmt.Fprintf(rw, "ready: tick %d, %d sectors live\n", w.Tick(), w.cfg.Game.Shards)
+	})
+}
+
+// maxHashTicks is the most ticks one /world/hashes answer lists.
+const maxHashTicks = 10000
+
+// HashesHandler answers GET /world/hashes?from=T: a line "tick shard
+// hash-hex position" for every tick from T (default 1) that every shard's
+// hash history still holds, up to the newest complete tick and at most
+// maxHashTicks ticks, so that anyone can check the published hashes
+// against a re-simulation of the log.
+func HashesHandler(world func() *World) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			http.Error(rw, "GET only", http.StatusMethodNotAllowed)
+			return
+		}
+		w := world()
+		if w == nil {
+			http.Error(rw, "no world is running", http.StatusServiceUnavailable)
+			return
+		}
+		from := uint64(1)
+		if v := r.URL.Query().Get("from"); v != "" {
+			f, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || f == 0 {
+				http.Error(rw, "from must be a tick (1 or more)", http.StatusBadRequest)
+				return
+			}
+			from = f
+		}
+		to := min(w.Tick(), from+maxHashTicks-1)
+		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		bw := bufio.NewWriter(rw)
+		defer bw.Flush()
+		for t := from; t <= to; t++ {
+			for shard := range uint32(w.cfg.Game.Shards) {
+				if th, ok := w.Hashes(shard).Get(t); ok {
+					fmt.Fprintf(bw, "%d %d %016x %d\n", t, shard, th.Hash, th.Pos)
+				}
+			}
+		}
 	})
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -101,4 +104,58 @@ func (lr *Recording) Finish(ctx context.Context, final uint64) (int64, error) {
 func (lr *Recording) Stop() {
 	lr.cancel()
 	<-lr.done
+}
+
+// SegmentPath returns the path of segment k (1, 2, ...) of a recording at
+// path: path itself for the first, then "NAME.k.bsr" beside it.
+func SegmentPath(path string, k int) string {
+	if k <= 1 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return fmt.Sprintf("%s.%d%s", strings.TrimSuffix(path, ext), k, ext)
+}
+
+// Segments returns the segments of the recording at path that exist, in
+// order.
+func Segments(path string) []string {
+	var out []string
+	for k := 1; ; k++ {
+		p := SegmentPath(path, k)
+		if _, err := os.Stat(p); err != nil {
+			return out
+		}
+		out = append(out, p)
+	}
+}
+
+// StartSegmentRecording records world id of game from log into the
+// recording at path, as StartRecording does, across restarts of the
+// process: when path already holds segments of this world (a recording
+// cut by a crash, or closed by a stop), they are kept as they are and a new
+// segment starts at the tick after the last one they hold (its runners
+// fast-forward through the log to there, then record from a full snapshot
+// of every shard). Each segment verifies on its own; together they cover
+// the match. It returns the recording and the path of the new segment.
+func StartSegmentRecording(ctx context.Context, path string, game Game, id uint32, log Log, cfg bsr.RecordConfig) (*Recording, string, error) {
+	segs := Segments(path)
+	var last uint64
+	for _, p := range segs {
+		r, err := bsr.Open(p)
+		if err != nil {
+			return nil, "", fmt.Errorf("recording segment %s: %w (move it away to start a new recording)", p, err)
+		}
+		h := r.Header()
+		lt := r.LastTick()
+		r.Close()
+		if h.Game != game.Name || h.World != id || string(h.GameConfig) != string(game.Config) {
+			return nil, "", fmt.Errorf("recording %s is of another world (%s world %d): give another --record path", p, h.Game, h.World)
+		}
+		last = max(last, lt)
+	}
+	next := SegmentPath(path, len(segs)+1)
+	if last > 0 {
+		cfg.FromTick = last + 1
+	}
+	return StartRecording(ctx, next, game, id, log, cfg), next, nil
 }

@@ -67,6 +67,38 @@ type Config struct {
 	// TrimStep is the least number of positions a trim removes (default
 	// 1024), so that trims stay large and rare.
 	TrimStep uint64
+	// BeforeSnapshotPut, if set, is called with every snapshot the world
+	// is about to store, on the writer's goroutine (a fault-injection
+	// point: the crash tests kill the process there, in the middle of a
+	// snapshot write).
+	BeforeSnapshotPut func(snapshot.Meta)
+	// BeforeSnapshotGet, if set, is called before every snapshot the world
+	// reads back (a recovery restoring a shard: the crash tests kill the
+	// process there, in the middle of a recovery).
+	BeforeSnapshotGet func(shard uint32, tick uint64)
+}
+
+// hookedStore calls its hooks ahead of every Put and Get.
+type hookedStore struct {
+	snapshot.Store
+	beforePut func(snapshot.Meta)
+	beforeGet func(shard uint32, tick uint64)
+}
+
+// Put implements snapshot.Store.
+func (s hookedStore) Put(ctx context.Context, meta snapshot.Meta, b []byte) error {
+	if s.beforePut != nil {
+		s.beforePut(meta)
+	}
+	return s.Store.Put(ctx, meta, b)
+}
+
+// Get implements snapshot.Store.
+func (s hookedStore) Get(ctx context.Context, shard uint32, tick uint64) ([]byte, error) {
+	if s.beforeGet != nil {
+		s.beforeGet(shard, tick)
+	}
+	return s.Store.Get(ctx, shard, tick)
 }
 
 // World is a running world on the command log: a Ticker, a recovery
@@ -268,8 +300,12 @@ func (w *World) period() time.Duration { return time.Second / time.Duration(w.cf
 func (w *World) supervisorConfig() replay.SupervisorConfig {
 	cfg := w.cfg
 	period := w.period()
+	var store snapshot.Store = w.snaps
+	if cfg.BeforeSnapshotPut != nil || cfg.BeforeSnapshotGet != nil {
+		store = hookedStore{Store: w.snaps, beforePut: cfg.BeforeSnapshotPut, beforeGet: cfg.BeforeSnapshotGet}
+	}
 	return replay.SupervisorConfig{
-		World: cfg.ID, Shards: cfg.Game.Specs(), Appender: cfg.Log, Store: w.snaps,
+		World: cfg.ID, Shards: cfg.Game.Specs(), Appender: cfg.Log, Store: store,
 		Policy: snapshot.Policy{RecoveryTarget: cfg.RecoveryTarget, MinInterval: cfg.MinSnapshotInterval},
 		Open: func(_ context.Context, _ uint32, from uint64) (replay.Source, error) {
 			return cfg.Log.Subscribe(from), nil

@@ -24,6 +24,11 @@ const SessionIdentifier = "BSSN"
 // (a state update that does not fit a datagram goes on the stream).
 const MaxSessionFrameSize = 1 << 20
 
+// ReasonReplaced is the reason a server closes a player's connection with
+// when a newer connection of the same player takes over: a client that
+// reconnects on its own must not reconnect then (the two would take turns).
+const ReasonReplaced = "replaced by a newer connection"
+
 // MaxSessionString bounds tokens, names and reasons in session frames.
 const MaxSessionString = 1024
 

@@ -1,8 +1,11 @@
 // Package bots is the load-bot harness: N headless players, each with its
 // own QUIC connection and token, playing Broadside at a fixed command rate
 // from the state the server sends them, and measuring what the server gives
-// back: command-to-durable and command-to-applied latency, state update
-// jitter, bandwidth and errors.
+// back: command-to-acknowledged (durable or replicated, as the server
+// says) and command-to-applied latency, state update jitter, bandwidth and
+// errors. Bots reconnect after a lost connection or a server restart
+// (netcode/client's Reconnect) and count their reconnections and resent
+// commands.
 package bots
 
 import (
@@ -50,7 +53,7 @@ type Config struct {
 	// Behaviour is Captain (default) or Random.
 	Behaviour string
 	Seed      uint64
-	// Window bounds each bot's commands awaiting their durable
+	// Window bounds each bot's commands awaiting their
 	// acknowledgement (default 64): a bot whose window is full skips its
 	// turn, as a real client would wait, so an overloaded server shows
 	// as fewer commands sent (Skipped) rather than ever-growing queues.
@@ -61,6 +64,16 @@ type Config struct {
 	// durable (from the bots' goroutines), so a caller can check later
 	// that the log holds each.
 	OnDurable func(player uint32, seq uint64)
+	// OnAck, if set, is called for every command acknowledged as stored,
+	// durable or replicated (status says which).
+	OnAck func(player uint32, seq uint64, status wire.AckStatus)
+	// NoReconnect keeps each bot on its first connection: by default a
+	// bot reconnects after a lost connection or a server restart, resuming
+	// its session and resending what was not acknowledged.
+	NoReconnect bool
+	// ReconnectAttempts bounds a bot's consecutive failed reconnection
+	// attempts (default 10, with backoff from 50ms to 2s).
+	ReconnectAttempts int
 }
 
 // Snapshot is the state of a run at one moment (latencies of the last
@@ -70,6 +83,7 @@ type Snapshot struct {
 	Connected    int           `json:"connected"`
 	Sent         int64         `json:"sent"`
 	Durable      int64         `json:"durable"`
+	Replicated   int64         `json:"replicated"`
 	Applied      int64         `json:"applied"`
 	P50us        int64         `json:"ack_p50_us"`
 	P99us        int64         `json:"ack_p99_us"`
@@ -84,17 +98,37 @@ type Report struct {
 	RatePerBot  float64 `json:"rate_per_bot"`
 	DurationSec float64 `json:"duration_s"`
 	Sent        int64   `json:"sent"`
-	Durable     int64   `json:"durable"`
-	Applied     int64   `json:"applied"`
-	RateLimited int64   `json:"rate_limited"`
+	// Acknowledged as stored, by what the server said: Durable (fsynced
+	// on every sequencing replica) or Replicated (in memory on every
+	// sequencing replica); Acked is their sum. AckStatus names them for
+	// people: "durable", "replicated", "durable and replicated" or "none".
+	Durable     int64  `json:"durable"`
+	Replicated  int64  `json:"replicated"`
+	Acked       int64  `json:"acked"`
+	AckStatus   string `json:"ack_status"`
+	Applied     int64  `json:"applied"`
+	RateLimited int64  `json:"rate_limited"`
+	// Reconnects counts the bots' sessions resumed on a new connection,
+	// Resent the commands sent again after one (the server stores each
+	// once).
+	Reconnects int64 `json:"reconnects"`
+	Resent     int64 `json:"resent"`
 	// Skipped counts turns a bot skipped with its window full.
 	Skipped int64            `json:"skipped_window_full"`
 	Errors  map[string]int64 `json:"errors"`
-	// Command sent to durable acknowledgement, microseconds.
+	// Command sent to its acknowledgement (AckStatus), microseconds, for
+	// commands sent and acknowledged on one connection: one round trip
+	// to the log.
 	AckP50us  int64 `json:"ack_p50_us"`
 	AckP99us  int64 `json:"ack_p99_us"`
 	AckP999us int64 `json:"ack_p999_us"`
 	AckMaxus  int64 `json:"ack_max_us"`
+	// The same for commands that waited across a reconnection (ResentAcks
+	// of them): sent, connection lost, resent, acknowledged; it includes
+	// the outage.
+	ResentAcks     int64 `json:"resent_acks"`
+	ResentAckP50us int64 `json:"resent_ack_p50_us"`
+	ResentAckMaxus int64 `json:"resent_ack_max_us"`
 	// Command sent to the first state update saying a tick applied it.
 	AppliedP50us  int64 `json:"applied_p50_us"`
 	AppliedP99us  int64 `json:"applied_p99_us"`
@@ -116,12 +150,19 @@ type sentCmd struct {
 	at  time.Time
 }
 
+// waiting is a command waiting for its acknowledgement: when it was sent
+// and the client's reconnection count then.
+type waiting struct {
+	at         time.Time
+	reconnects uint64
+}
+
 type bot struct {
 	c      *client.Client
 	player uint32
 	mu     sync.Mutex
-	acks   map[uint64]time.Time // commands waiting for their durable ack
-	queue  []sentCmd            // commands waiting to be applied, by seq
+	acks   map[uint64]waiting // commands waiting for their acknowledgement
+	queue  []sentCmd          // commands waiting to be applied, by seq
 	frame  atomic.Pointer[broadside.Frame]
 }
 
@@ -129,8 +170,10 @@ type bot struct {
 type stats struct {
 	mu                       sync.Mutex
 	ack, ackWin, app, appWin *hdrhistogram.Histogram
+	ackResent                *hdrhistogram.Histogram
 	jitter                   *hdrhistogram.Histogram
 	sent, durable, applied   int64
+	replicated               int64
 	limited, updates         int64
 	skipped                  int64
 	errors                   map[string]int64
@@ -161,8 +204,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Window <= 0 {
 		cfg.Window = 64
 	}
+	if cfg.ReconnectAttempts <= 0 {
+		cfg.ReconnectAttempts = 10
+	}
 	rep := Report{Bots: cfg.N, RatePerBot: cfg.Rate, Behaviour: cfg.Behaviour}
-	st := &stats{ack: newHist(), ackWin: newHist(), app: newHist(), appWin: newHist(), jitter: newHist(), errors: map[string]int64{}}
+	st := &stats{ack: newHist(), ackWin: newHist(), app: newHist(), appWin: newHist(), ackResent: newHist(), jitter: newHist(), errors: map[string]int64{}}
 
 	// Connect every bot, a few at a time.
 	bots := make([]*bot, cfg.N)
@@ -175,19 +221,27 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			defer cwg.Done()
 			defer func() { <-sem }()
 			name := fmt.Sprintf("%s%d", cfg.Prefix, i+1)
-			tok, err := server.IssueToken(cfg.Secret, server.Claims{Player: name, PlayerID: server.PlayerIDFor(name), Expires: time.Now().Add(cfg.Duration + time.Hour)})
-			if err != nil {
+			// A fresh token for every connection: tokens expire.
+			tokens := func(context.Context) (string, error) {
+				return server.IssueToken(cfg.Secret, server.Claims{Player: name, PlayerID: server.PlayerIDFor(name), Expires: time.Now().Add(cfg.Duration + time.Hour)})
+			}
+			if _, err := tokens(ctx); err != nil {
 				st.err("token")
 				return
 			}
+			ccfg := client.Config{Addr: cfg.Server, TLS: cfg.TLS, TokenSource: tokens}
+			if !cfg.NoReconnect {
+				ccfg.Reconnect = client.Reconnect{Attempts: cfg.ReconnectAttempts,
+					Rand: rand.New(rand.NewPCG(cfg.Seed, 1<<32|uint64(i)))}
+			}
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			c, err := client.Dial(dctx, client.Config{Addr: cfg.Server, TLS: cfg.TLS, Token: tok})
+			c, err := client.Dial(dctx, ccfg)
 			cancel()
 			if err != nil {
 				st.err("connect")
 				return
 			}
-			bots[i] = &bot{c: c, player: c.Welcome().PlayerID, acks: map[uint64]time.Time{}}
+			bots[i] = &bot{c: c, player: c.Welcome().PlayerID, acks: map[uint64]waiting{}}
 		}()
 	}
 	cwg.Wait()
@@ -213,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	var wg sync.WaitGroup
 	for i, b := range bots {
 		wg.Add(3)
-		go func() { defer wg.Done(); b.readResults(st, cfg.OnDurable) }()
+		go func() { defer wg.Done(); b.readResults(st, cfg.OnDurable, cfg.OnAck) }()
 		go func() { defer wg.Done(); b.readUpdates(runCtx, st, period) }()
 		go func() {
 			defer wg.Done()
@@ -231,7 +285,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			case <-tick.C:
 				st.mu.Lock()
 				s := Snapshot{Elapsed: time.Since(start).Round(time.Second), Connected: len(bots), Sent: st.sent, Durable: st.durable,
-					Applied: st.applied, P50us: st.ackWin.ValueAtQuantile(50), P99us: st.ackWin.ValueAtQuantile(99),
+					Replicated: st.replicated, Applied: st.applied, P50us: st.ackWin.ValueAtQuantile(50), P99us: st.ackWin.ValueAtQuantile(99),
 					AppliedP99us: st.appWin.ValueAtQuantile(99), Updates: st.updates}
 				st.ackWin.Reset()
 				st.appWin.Reset()
@@ -262,6 +316,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		s, r := b.c.Stats()
 		up += s
 		down += r
+		rep.Reconnects += int64(b.c.Reconnects())
+		rep.Resent += int64(b.c.Resent())
 	}
 	for _, b := range bots {
 		b.c.Close()
@@ -272,6 +328,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer st.mu.Unlock()
 	rep.DurationSec = elapsed.Seconds()
 	rep.Sent, rep.Durable, rep.Applied, rep.RateLimited, rep.Skipped = st.sent, st.durable, st.applied, st.limited, st.skipped
+	rep.Replicated, rep.Acked = st.replicated, st.durable+st.replicated
+	rep.AckStatus = AckStatusOf(rep.Durable, rep.Replicated)
+	rep.ResentAcks, rep.ResentAckP50us, rep.ResentAckMaxus = st.ackResent.TotalCount(), st.ackResent.ValueAtQuantile(50), st.ackResent.Max()
 	rep.Errors = st.errors
 	rep.AckP50us, rep.AckP99us, rep.AckP999us, rep.AckMaxus = st.ack.ValueAtQuantile(50), st.ack.ValueAtQuantile(99), st.ack.ValueAtQuantile(99.9), st.ack.Max()
 	rep.AppliedP50us, rep.AppliedP99us, rep.AppliedP999us = st.app.ValueAtQuantile(50), st.app.ValueAtQuantile(99), st.app.ValueAtQuantile(99.9)
@@ -282,26 +341,53 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-// readResults records durable acknowledgements until the session ends.
-func (b *bot) readResults(st *stats, onDurable func(uint32, uint64)) {
+// AckStatusOf names what acknowledgements said, for reports: "durable",
+// "replicated", "durable and replicated" (a run across servers of both
+// kinds) or "none". Replicated is never reported as durable.
+func AckStatusOf(durable, replicated int64) string {
+	switch {
+	case durable > 0 && replicated > 0:
+		return "durable and replicated"
+	case replicated > 0:
+		return wire.AckReplicated.String()
+	case durable > 0:
+		return wire.AckDurable.String()
+	}
+	return "none"
+}
+
+// readResults records acknowledgements until the session ends.
+func (b *bot) readResults(st *stats, onDurable func(uint32, uint64), onAck func(uint32, uint64, wire.AckStatus)) {
 	for r := range b.c.Results() {
 		b.mu.Lock()
-		t0, ok := b.acks[r.Seq]
+		w, ok := b.acks[r.Seq]
 		delete(b.acks, r.Seq)
 		b.mu.Unlock()
 		if !ok {
 			continue
 		}
+		if r.Status.Stored() && onAck != nil {
+			onAck(b.player, r.Seq, r.Status)
+		}
 		st.mu.Lock()
 		switch r.Status {
-		case wire.AckDurable:
-			if onDurable != nil {
-				onDurable(b.player, r.Seq)
+		case wire.AckDurable, wire.AckReplicated:
+			if r.Status == wire.AckDurable {
+				st.durable++
+				if onDurable != nil {
+					onDurable(b.player, r.Seq)
+				}
+			} else {
+				st.replicated++
 			}
-			us := max(time.Since(t0).Microseconds(), 1)
+			us := max(time.Since(w.at).Microseconds(), 1)
+			if b.c.Reconnects() != w.reconnects {
+				// It waited across a reconnection: not one round trip.
+				st.ackResent.RecordValue(us)
+				break
+			}
 			st.ack.RecordValue(us)
 			st.ackWin.RecordValue(us)
-			st.durable++
 		case wire.AckRateLimited:
 			st.limited++
 		default:
@@ -321,6 +407,8 @@ func (b *bot) readResults(st *stats, onDurable func(uint32, uint64)) {
 func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) {
 	var tr broadside.StateTracker
 	var last time.Time
+	var reconnects uint64
+	resyncing := false
 	for {
 		var u wire.StateUpdate
 		select {
@@ -331,7 +419,18 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 		case u = <-b.c.Updates():
 		}
 		now := time.Now()
+		if n := b.c.Reconnects(); n != reconnects {
+			// A new connection (perhaps to a restarted server, whose
+			// ticks may be behind ours) starts from a full state.
+			reconnects, tr, last, resyncing = n, broadside.StateTracker{}, time.Time{}, true
+		}
+		if resyncing && u.BaseTick != 0 {
+			continue // a delta of the lost connection
+		}
 		f, err := tr.Apply(u.Tick, u.BaseTick, u.Payload)
+		if err == nil {
+			resyncing = false
+		}
 		if err != nil {
 			// An update against a base we no longer hold, or a
 			// broken one: the next full update resynchronises.
@@ -425,7 +524,7 @@ func (b *bot) send(cmd wire.GameCommand, st *stats) {
 		return
 	}
 	now := time.Now()
-	b.acks[seq] = now
+	b.acks[seq] = waiting{at: now, reconnects: b.c.Reconnects()}
 	if len(b.queue) < 1<<16 {
 		b.queue = append(b.queue, sentCmd{seq, now})
 	}

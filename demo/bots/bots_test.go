@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
@@ -12,7 +13,7 @@ import (
 
 type countingLog struct{ n chan struct{} }
 
-func (l countingLog) Append(_ context.Context, data []byte) error {
+func (l countingLog) AppendWithID(_ context.Context, _ msg.RecordID, data []byte) error {
 	if _, err := wire.DecodeEnvelope(data); err != nil {
 		return err
 	}
@@ -24,6 +25,12 @@ func (l countingLog) Append(_ context.Context, data []byte) error {
 }
 
 func TestBotsAgainstServer(t *testing.T) {
+	for _, d := range []server.Durability{server.Durable, server.Replicated} {
+		t.Run(d.String(), func(t *testing.T) { testBotsAgainstServer(t, d) })
+	}
+}
+
+func testBotsAgainstServer(t *testing.T, durability server.Durability) {
 	ca, err := transport.NewDevCA()
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +41,7 @@ func TestBotsAgainstServer(t *testing.T) {
 	}
 	secret := []byte("bots-test-secret-0123456789")
 	srv, err := server.New(server.Config{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret,
-		Log: countingLog{n: make(chan struct{}, 1)}})
+		Log: countingLog{n: make(chan struct{}, 1)}, Durability: durability})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +56,20 @@ func TestBotsAgainstServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each bot joins, then sends about Rate*Duration commands.
-	if rep.Sent < 4*20 || rep.Durable != rep.Sent || len(rep.Errors) != 0 {
+	if rep.Sent < 4*20 || rep.Acked != rep.Sent || len(rep.Errors) != 0 {
 		t.Fatalf("report %+v", rep)
+	}
+	// What the acknowledgements said, and only that: replicated is never
+	// counted as durable.
+	want, durable := durability.String(), rep.Sent
+	if durability == server.Replicated {
+		durable = 0
+	}
+	if rep.AckStatus != want || rep.Durable != durable || rep.Durable+rep.Replicated != rep.Acked {
+		t.Fatalf("acks said %q: %d durable, %d replicated of %d; want all %s", rep.AckStatus, rep.Durable, rep.Replicated, rep.Acked, want)
+	}
+	if rep.Reconnects != 0 || rep.Resent != 0 || rep.ResentAcks != 0 {
+		t.Fatalf("reconnections without a lost connection: %+v", rep)
 	}
 	if rep.AckP50us <= 0 || rep.AckP99us < rep.AckP50us || rep.UpBytesPerSec <= 0 {
 		t.Fatalf("latency/bandwidth not measured: %+v", rep)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
@@ -42,7 +43,7 @@ func (s *frameStore) EncodeState(dst []byte, viewer uint32, tick, base uint64) (
 
 type discardLog struct{}
 
-func (discardLog) Append(context.Context, []byte) error { return nil }
+func (discardLog) AppendWithID(context.Context, msg.RecordID, []byte) error { return nil }
 
 // TestLiveSpectator runs a game server on loopback that publishes a bot
 // world's state, follows it with DialLive, and checks that the frames the

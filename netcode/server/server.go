@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,11 +20,38 @@ import (
 // tens of bytes, a Hello holds a token.
 const MaxPlayerFrame = 2048
 
-// Appender is where accepted commands go: the command log. Append returns
-// when the record is durable.
+// Appender is where accepted commands go: the command log
+// (*cmdlog.Client, cmdlog's remote client, replay.MemLog). AppendWithID
+// returns when the record is stored as the log promises (Config.Durability)
+// and stores a record whose id it already holds once: the server appends
+// each command with CommandID, so resent commands count once.
 type Appender interface {
-	Append(ctx context.Context, data []byte) error
+	AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error
 }
+
+// Durability is what the log promises when an append returns; the server
+// cannot tell, it is told (the embedded log's and logd's mode). Command
+// acknowledgements say it: wire.AckReplicated or wire.AckDurable.
+type Durability uint8
+
+const (
+	// Replicated (the zero value): in memory on every sequencing replica
+	// (cmdlog seq.Memory). A server not told otherwise claims no more.
+	Replicated Durability = iota
+	// Durable: fsynced on every sequencing replica (cmdlog seq.Fsync).
+	Durable
+)
+
+// AckStatus returns the status of an acknowledgement under d.
+func (d Durability) AckStatus() wire.AckStatus {
+	if d == Durable {
+		return wire.AckDurable
+	}
+	return wire.AckReplicated
+}
+
+// String returns "durable" or "replicated".
+func (d Durability) String() string { return d.AckStatus().String() }
 
 // Config configures a Server.
 type Config struct {
@@ -33,8 +61,12 @@ type Config struct {
 	TLS *tls.Config
 	// Secret verifies player tokens (HMAC-SHA256).
 	Secret []byte
-	// Log receives accepted commands, wrapped in envelopes.
+	// Log receives accepted commands, wrapped in envelopes, each with its
+	// CommandID.
 	Log Appender
+	// Durability is what Log promises (default Replicated): the status
+	// of every command acknowledgement.
+	Durability Durability
 	// Limits bound each player's commands.
 	Limits IntakeLimits
 	// TickRate and Tick tell clients the world's clock in Welcome, and
@@ -74,7 +106,8 @@ type Config struct {
 }
 
 // Server accepts player connections, authenticates them, and appends their
-// commands to the log, acknowledging each when durable. A misbehaving
+// commands to the log, acknowledging each when stored (with the log's
+// Durability). A misbehaving
 // player's connection is closed with an application error code; others are
 // unaffected.
 type Server struct {
@@ -89,6 +122,7 @@ type Server struct {
 	players  map[uint32]*session
 	watchers map[*session]struct{} // spectators
 	applied  map[uint32]uint64     // last client sequence applied, per player
+	sessions map[uint32]uint64     // session id of each player's latest connection
 	state    []byte                // Publish's scratch
 	// appending holds a token per command being appended (MaxAppending).
 	appending chan struct{}
@@ -118,7 +152,10 @@ type session struct {
 	st        *transport.Stream
 	claims    Claims
 	spectator bool
-	ackTick   atomic.Uint64
+	// id is the session id of Hello (or one the server picked): with the
+	// player, the log client id of the session's commands (CommandID).
+	id      uint64
+	ackTick atomic.Uint64
 	// stateOut holds the newest state update too large for a datagram;
 	// the session's state writer sends it on the stream.
 	stateOut chan []byte
@@ -178,15 +215,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger, players: map[uint32]*session{},
-		watchers: map[*session]struct{}{}, applied: map[uint32]uint64{}, appending: make(chan struct{}, cfg.MaxAppending)}
+		watchers: map[*session]struct{}{}, applied: map[uint32]uint64{}, sessions: map[uint32]uint64{}, appending: make(chan struct{}, cfg.MaxAppending)}
 	s.metrics = serverMetrics{
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions", Help: "Open player sessions."}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions_closed_total",
 			Help: "Player connections closed, by application error code."}, []string{"code"}),
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "commands_total",
-			Help: "Player commands by outcome (durable, rate_limited, failed)."}, []string{"outcome"}),
-		ackDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "command_durable_seconds",
-			Help: "Command received to durable in the log.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
+			Help: "Player commands by outcome (durable or replicated, as the log promises; rate_limited, failed)."}, []string{"outcome"}),
+		ackDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "command_stored_seconds",
+			Help: "Command received to stored in the log (durable or replicated, as the log promises).", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "state_updates_total",
 			Help: "State updates sent, by path (datagram, stream) and kind (delta, full), or dropped."}, []string{"path", "kind"}),
 		upBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "state_update_bytes",
@@ -271,7 +308,12 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		st.Flush()
 		return nil
 	}
-	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, stateOut: make(chan []byte, 1)}
+	if hello.Session == 0 {
+		// A client that cannot resume: its commands still get
+		// deterministic ids, in a session of this connection alone.
+		hello.Session = NewSessionID()
+	}
+	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan []byte, 1)}
 	s.mu.Lock()
 	if sess.spectator {
 		// Spectators get the whole world, the costliest feed: bounded in
@@ -293,11 +335,15 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	} else {
 		if old := s.players[claims.PlayerID]; old != nil {
 			// A player reconnecting replaces its older connection.
-			old.conn.CloseWithCode(transport.CodeNormal, "replaced by a newer connection")
+			old.conn.CloseWithCode(transport.CodeNormal, wire.ReasonReplaced)
 		}
 		s.players[claims.PlayerID] = sess
-		// A new session numbers its commands from 1 again.
-		delete(s.applied, claims.PlayerID)
+		// A new session numbers its commands from 1 again; a resumed
+		// one (the same session id) continues its numbering.
+		if s.sessions[claims.PlayerID] != sess.id {
+			delete(s.applied, claims.PlayerID)
+			s.sessions[claims.PlayerID] = sess.id
+		}
 	}
 	s.mu.Unlock()
 	s.metrics.sessions.Inc()
@@ -317,12 +363,13 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate), World: s.cfg.World})); err != nil {
 		return err
 	}
-	s.log.Info("player joined", "player", claims.Player, "id", claims.PlayerID, "spectator", sess.spectator, "remote", conn.RemoteAddr().String())
+	s.log.Info("player joined", "player", claims.Player, "id", claims.PlayerID, "spectator", sess.spectator, "session", sess.id, "remote", conn.RemoteAddr().String())
 	return s.intake(ctx, sess)
 }
 
 // intake reads the player's commands, appends accepted ones (several in
-// flight) and acknowledges each when durable.
+// flight, each with its CommandID) and acknowledges each when the log has
+// stored it, with the log's durability.
 func (s *Server) intake(ctx context.Context, sess *session) error {
 	in := NewIntake(sess.claims.PlayerID, s.cfg.Limits)
 	if sess.spectator {
@@ -385,7 +432,10 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 		received := time.Now()
 		go func(seq uint64, env []byte) {
 			defer wg.Done()
-			err := s.cfg.Log.Append(cctx, env)
+			// A resent command (after a reconnection, or to a restarted
+			// server) has the id it had the first time: the log stores
+			// it once and returns as for the first append.
+			err := s.cfg.Log.AppendWithID(cctx, CommandID(sess.claims.PlayerID, sess.id, seq), env)
 			// Release the shared append slot and the in-flight count
 			// before writing the acknowledgement: a client that stops
 			// reading holds up only its own writes (and its own 64
@@ -397,9 +447,9 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 				s.metrics.commands.WithLabelValues("failed").Inc()
 				return
 			}
-			s.metrics.commands.WithLabelValues("durable").Inc()
+			s.metrics.commands.WithLabelValues(s.cfg.Durability.String()).Inc()
 			s.metrics.ackDelay.Observe(time.Since(received).Seconds())
-			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: seq, Status: wire.AckDurable}))
+			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: seq, Status: s.cfg.Durability.AckStatus()}))
 		}(v.Command.Seq, v.Append)
 	}
 }

@@ -9,26 +9,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anoptic/broadside/cmdlog/dedup"
+	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/client"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 	"golang.org/x/time/rate"
 )
 
-// memLog is an Appender that keeps what it was given.
+// memLog is an Appender that keeps what it was given, once per record id,
+// as cmdlog's replicas do (cmdlog/dedup).
 type memLog struct {
-	mu   sync.Mutex
-	envs []wire.Envelope
+	mu    sync.Mutex
+	envs  []wire.Envelope
+	ids   []msg.RecordID
+	dedup *dedup.Table
 }
 
-func (l *memLog) Append(_ context.Context, data []byte) error {
+func (l *memLog) AppendWithID(_ context.Context, id msg.RecordID, data []byte) error {
 	e, err := wire.DecodeEnvelope(data)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dedup == nil {
+		t := dedup.NewTable()
+		l.dedup = &t
+	}
+	if !l.dedup.Add(id) {
+		return nil
+	}
 	l.envs = append(l.envs, e)
-	l.mu.Unlock()
+	l.ids = append(l.ids, id)
 	return nil
 }
 
@@ -48,7 +61,7 @@ type testServer struct {
 
 func startServer(t *testing.T, limits IntakeLimits) *testServer {
 	t.Helper()
-	return startServerWith(t, Config{Limits: limits})
+	return startServerWith(t, Config{Limits: limits, Durability: Durable})
 }
 
 func startServerWith(t *testing.T, cfg Config) *testServer {
@@ -191,7 +204,9 @@ func TestServerRejectsBadInputPerConnection(t *testing.T) {
 		}, transport.CodeProtocolError},
 		{"state acknowledgement flood", func(c *client.Client) error {
 			for i := uint64(1); i <= 2000; i++ {
-				if err := c.AckState(i); err != nil {
+				// Raw: the client library only acknowledges ticks it
+				// received.
+				if err := c.SendRaw(wire.EncodeSession(nil, wire.StateAck{Tick: i})); err != nil {
 					return nil
 				}
 			}

@@ -24,6 +24,11 @@ const SessionIdentifier = "BSSN"
 // (a state update that does not fit a datagram goes on the stream).
 const MaxSessionFrameSize = 1 << 20
 
+// ReasonReplaced is the reason a server closes a player's connection with
+// when a newer connection of the same player takes over: a client that
+// reconnects on its own must not reconnect then (the two would take turns).
+const ReasonReplaced = "replaced by a newer connection"
+
 // MaxSessionString bounds tokens, names and reasons in session frames.
 const MaxSessionString = 1024
 
@@ -47,6 +52,10 @@ type Hello struct {
 	Token     string
 	Protocol  uint16
 	Spectator bool
+	// Session is the client's session id: random per client process and
+	// kept across its reconnections, so that the server gives a resent
+	// command the same log id (0: none; the connection cannot resume).
+	Session uint64
 }
 
 // Welcome opens a session.
@@ -69,10 +78,41 @@ type AckStatus uint8
 
 // Command outcomes; the values are part of the wire format.
 const (
-	AckDurable     = AckStatus(fb.AckStatusDurable)
-	AckInvalid     = AckStatus(fb.AckStatusInvalid)
+	// AckDurable: the command is in the log, fsynced on every sequencing
+	// replica.
+	AckDurable = AckStatus(fb.AckStatusDurable)
+	// AckInvalid: refused (e.g. the server is draining).
+	AckInvalid = AckStatus(fb.AckStatusInvalid)
+	// AckRateLimited: refused, above the player's rate limit.
 	AckRateLimited = AckStatus(fb.AckStatusRateLimited)
+	// AckReplicated: the command is in the log, in memory on every
+	// sequencing replica but not fsynced (a log in memory durability):
+	// it survives a replica crash, not the loss of all of them at once.
+	AckReplicated = AckStatus(fb.AckStatusReplicated)
 )
+
+// Valid reports whether s is a status of this protocol version.
+func (s AckStatus) Valid() bool { return s <= AckReplicated }
+
+// Stored reports whether s says the command is in the log (durable or
+// replicated), as opposed to refused.
+func (s AckStatus) Stored() bool { return s == AckDurable || s == AckReplicated }
+
+// String returns the status as reports print it: durable, replicated,
+// invalid, rate_limited, or AckStatus(n) for an unknown n.
+func (s AckStatus) String() string {
+	switch s {
+	case AckDurable:
+		return "durable"
+	case AckReplicated:
+		return "replicated"
+	case AckInvalid:
+		return "invalid"
+	case AckRateLimited:
+		return "rate_limited"
+	}
+	return fmt.Sprintf("AckStatus(%d)", uint8(s))
+}
 
 // CommandResult tells a client what became of its command Seq (schema
 // table CommandAck).
@@ -119,6 +159,7 @@ func EncodeSession(dst []byte, m SessionMessage) []byte {
 		fb.HelloAddToken(b, tok)
 		fb.HelloAddProtocol(b, m.Protocol)
 		fb.HelloAddSpectator(b, m.Spectator)
+		fb.HelloAddSession(b, m.Session)
 		body = fb.HelloEnd(b)
 	case Welcome:
 		name := b.CreateString(m.Player)
@@ -189,7 +230,7 @@ func VerifySession(buf []byte) error {
 	case fb.SessionBodyNONE:
 		err = fmt.Errorf("SessionFrame: field 1: no body: %w", ErrMalformed)
 	case fb.SessionBodyHello:
-		err = firstError(stringField(t, 0), t.Field(1, 2, 2), t.Field(2, 1, 1))
+		err = firstError(stringField(t, 0), t.Field(1, 2, 2), t.Field(2, 1, 1), t.Field(3, 8, 8))
 	case fb.SessionBodyWelcome:
 		err = firstError(t.Field(0, 4, 4), stringField(t, 1), t.Field(2, 8, 8), t.Field(3, 2, 2), t.Field(4, 4, 4), vector(t, 5, 1))
 	case fb.SessionBodyCommandAck:
@@ -239,7 +280,7 @@ func DecodeSession(b []byte) (SessionMessage, error) {
 		var x fb.Hello
 		x.Init(tab.Bytes, tab.Pos)
 		tok, err := str(x.Token())
-		return Hello{Token: tok, Protocol: x.Protocol(), Spectator: x.Spectator()}, err
+		return Hello{Token: tok, Protocol: x.Protocol(), Spectator: x.Spectator(), Session: x.Session()}, err
 	case fb.SessionBodyWelcome:
 		var x fb.Welcome
 		x.Init(tab.Bytes, tab.Pos)
@@ -256,7 +297,7 @@ func DecodeSession(b []byte) (SessionMessage, error) {
 		var x fb.CommandAck
 		x.Init(tab.Bytes, tab.Pos)
 		st := AckStatus(x.Status())
-		if st > AckRateLimited {
+		if !st.Valid() {
 			return nil, fmt.Errorf("wire: CommandAck: unknown status %d: %w", st, ErrMalformed)
 		}
 		return CommandResult{Seq: x.Seq(), Status: st}, nil

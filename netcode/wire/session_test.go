@@ -10,10 +10,13 @@ import (
 var sessionSamples = []SessionMessage{
 	Hello{Token: "v1.abc.def", Protocol: 1},
 	Hello{Token: "", Spectator: true},
+	Hello{Token: "v1.abc.def", Protocol: 1, Session: 0xfeedface12345678},
 	Welcome{PlayerID: 7, Player: "ada", Tick: 99, TickRate: 30, MaxCommandRate: 60},
 	Welcome{PlayerID: 8, Player: "bo", TickRate: 30, World: []byte{1, 2, 3}},
 	CommandResult{Seq: 12, Status: AckDurable},
 	CommandResult{Seq: 13, Status: AckRateLimited},
+	CommandResult{Seq: 14, Status: AckReplicated},
+	CommandResult{Seq: 15, Status: AckInvalid},
 	StateUpdate{Tick: 100, BaseTick: 98, LastAppliedSeq: 12, Payload: []byte{1, 2, 3}},
 	StateUpdate{Tick: 1},
 	Goodbye{Code: 0x103, Reason: "rate limited"},
@@ -33,6 +36,30 @@ func TestSessionRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(got, m) {
 			t.Fatalf("round trip %+v -> %+v", m, got)
 		}
+	}
+}
+
+// TestAckStatuses checks that every status of the protocol decodes and
+// that an unknown one is refused, and that replicated is never called
+// durable.
+func TestAckStatuses(t *testing.T) {
+	for st := 0; st < 256; st++ {
+		m, err := DecodeSession(EncodeSession(nil, CommandResult{Seq: 1, Status: AckStatus(st)}))
+		if AckStatus(st).Valid() {
+			if err != nil || m.(CommandResult).Status != AckStatus(st) {
+				t.Fatalf("status %d: %v %+v", st, err, m)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrMalformed) {
+			t.Fatalf("unknown status %d decoded: %v %+v", st, err, m)
+		}
+	}
+	if AckReplicated.String() != "replicated" || AckDurable.String() != "durable" || !AckReplicated.Stored() || AckRateLimited.Stored() {
+		t.Fatalf("statuses: %s %s", AckReplicated, AckDurable)
+	}
+	if AckStatus(4).Valid() {
+		t.Fatal("status 4 is not in the schema")
 	}
 }
 

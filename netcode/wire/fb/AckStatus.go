@@ -10,18 +10,21 @@ const (
 	AckStatusDurable     AckStatus = 0
 	AckStatusInvalid     AckStatus = 1
 	AckStatusRateLimited AckStatus = 2
+	AckStatusReplicated  AckStatus = 3
 )
 
 var EnumNamesAckStatus = map[AckStatus]string{
 	AckStatusDurable:     "Durable",
 	AckStatusInvalid:     "Invalid",
 	AckStatusRateLimited: "RateLimited",
+	AckStatusReplicated:  "Replicated",
 }
 
 var EnumValuesAckStatus = map[string]AckStatus{
 	"Durable":     AckStatusDurable,
 	"Invalid":     AckStatusInvalid,
 	"RateLimited": AckStatusRateLimited,
+	"Replicated":  AckStatusReplicated,
 }
 
 func (v AckStatus) String() string {

@@ -65,8 +65,20 @@ func (rcv *Hello) MutateSpectator(n bool) bool {
 	return rcv._tab.MutateBoolSlot(8, n)
 }
 
+func (rcv *Hello) Session() uint64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(10))
+	if o != 0 {
+		return rcv._tab.GetUint64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *Hello) MutateSession(n uint64) bool {
+	return rcv._tab.MutateUint64Slot(10, n)
+}
+
 func HelloStart(builder *flatbuffers.Builder) {
-	builder.StartObject(3)
+	builder.StartObject(4)
 }
 func HelloAddToken(builder *flatbuffers.Builder, token flatbuffers.UOffsetT) {
 	builder.PrependUOffsetTSlot(0, flatbuffers.UOffsetT(token), 0)
@@ -76,6 +88,9 @@ func HelloAddProtocol(builder *flatbuffers.Builder, protocol uint16) {
 }
 func HelloAddSpectator(builder *flatbuffers.Builder, spectator bool) {
 	builder.PrependBoolSlot(2, spectator, false)
+}
+func HelloAddSession(builder *flatbuffers.Builder, session uint64) {
+	builder.PrependUint64Slot(3, session, 0)
 }
 func HelloEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -237,14 +237,8 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	defer closeLog()
 
 	frames := world.NewFrames(game.Shards, game.NewFrame)
-	// Acknowledgements say what the log promises: durable only when the
-	// embedded log fsyncs (an external log's mode is not known here).
-	durability := server.Replicated
-	if o.fsync && !o.useLog {
-		durability = server.Durable
-	}
 	srv, err := server.New(server.Config{
-		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc, Durability: durability,
+		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc, Durability: server.DurabilityOf(durability),
 		Limits: server.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
 		State: broadside.NewStateSource(frames), SpectatorDelay: specDelay,
 		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config,

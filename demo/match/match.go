@@ -56,10 +56,13 @@ type Options struct {
 
 // Report is the match's summary.
 type Report struct {
-	Players    int    `json:"players"`
-	Ticks      uint64 `json:"ticks"`
-	Sent       int64  `json:"sent"`
-	Acked      int64  `json:"acked"`
+	Players int    `json:"players"`
+	Ticks   uint64 `json:"ticks"`
+	Sent    int64  `json:"sent"`
+	Acked   int64  `json:"acked"`
+	// AckStatus says what the acknowledgements promised: "durable"
+	// (fsynced on every sequencing replica) or "replicated".
+	AckStatus  string `json:"ack_status"`
 	Applied    int64  `json:"applied"`
 	InLog      int    `json:"in_log"`
 	Lost       int    `json:"lost"`
@@ -161,7 +164,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	rep.Recording, rep.RecordingBytes = o.Recording, size
 	m.say("%s recording written: %s (%d KiB)\n", m.at(), o.Recording, size/1024)
 	rep.Players, rep.Ticks = botRep.Bots, final
-	rep.Sent, rep.Acked, rep.Applied = botRep.Sent, botRep.Durable, botRep.Applied
+	rep.Sent, rep.Acked, rep.Applied, rep.AckStatus = botRep.Sent, botRep.Acked, botRep.Applied, botRep.AckStatus
 	rep.AckP50ms, rep.AckP99ms = usMs(botRep.AckP50us), usMs(botRep.AckP99us)
 	rep.AppliedP99ms = usMs(botRep.AppliedP99us)
 	rep.DownBytesSec = botRep.DownBytesPerSec
@@ -196,7 +199,7 @@ func (m *match) startServer(ctx context.Context) error {
 	rand.Read(m.secret)
 	frames := world.NewFrames(m.game.Shards, m.game.NewFrame)
 	m.srv, err = server.New(server.Config{
-		ListenAddr: "127.0.0.1:0", TLS: stls, Secret: m.secret, Log: m.log.Log(),
+		ListenAddr: "127.0.0.1:0", TLS: stls, Secret: m.secret, Log: m.log.Log(), Durability: server.DurabilityOf(m.o.Durability),
 		Limits: server.IntakeLimits{Rate: rate.Limit(max(2*m.o.Rate, 60)), Burst: 60}, Logger: errLog, Registry: reg,
 		State: broadside.NewStateSource(frames), SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate,
 		Tick: frames.Latest, World: m.game.Config,
@@ -257,7 +260,7 @@ func (m *match) play(ctx context.Context, rep *Report) (bots.Report, error) {
 		botRep, botErr = bots.Run(ctx, bots.Config{
 			Server: m.srv.Addr(), TLS: m.ca.ClientTLS(), Secret: m.secret, N: m.o.Bots, Rate: m.o.Rate, Duration: m.o.Duration,
 			Behaviour: bots.Captain, Seed: m.o.Seed,
-			OnDurable: func(player uint32, seq uint64) {
+			OnAck: func(player uint32, seq uint64, _ wire.AckStatus) {
 				m.ackMu.Lock()
 				m.acked[[2]uint64{uint64(player), seq}] = true
 				m.ackMu.Unlock()
@@ -274,8 +277,8 @@ func (m *match) play(ctx context.Context, rep *Report) (bots.Report, error) {
 	if botErr != nil {
 		return botRep, fmt.Errorf("bots: %w", botErr)
 	}
-	m.say("%s match over: %d commands sent, %d acknowledged durable, %d seen applied in state updates\n",
-		m.at(), botRep.Sent, botRep.Durable, botRep.Applied)
+	m.say("%s match over: %d commands sent, %d acknowledged %s, %d seen applied in state updates\n",
+		m.at(), botRep.Sent, botRep.Acked, botRep.AckStatus, botRep.Applied)
 	return botRep, nil
 }
 
@@ -418,8 +421,8 @@ func compareHashes(resim []*replay.HashHistory, live func(shard uint32) *replay.
 func (m *match) summary(rep Report) {
 	m.say("\nsummary\n")
 	m.say("  players        %d bots (captain behaviour), %d ticks (%.1f s at %d Hz)\n", rep.Players, rep.Ticks, float64(rep.Ticks)/broadside.TickRate, broadside.TickRate)
-	m.say("  commands       %d acknowledged durable (p50 %.2f ms, p99 %.2f ms), %d seen applied (p99 %.0f ms)\n",
-		rep.Acked, rep.AckP50ms, rep.AckP99ms, rep.Applied, rep.AppliedP99ms)
+	m.say("  commands       %d acknowledged %s (p50 %.2f ms, p99 %.2f ms), %d seen applied (p99 %.0f ms)\n",
+		rep.Acked, rep.AckStatus, rep.AckP50ms, rep.AckP99ms, rep.Applied, rep.AppliedP99ms)
 	m.say("  lost           %d (of %d acknowledged; %d duplicated)\n", rep.Lost, rep.Acked, rep.Duplicated)
 	m.say("  battle         %d cannonballs fired, %d ships sunk\n", rep.BallsFired, rep.Sunk)
 	if rep.Recoveries > 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,16 @@ const (
 	// Durable: fsynced on every sequencing replica (cmdlog seq.Fsync).
 	Durable
 )
+
+// DurabilityOf is what a server's acknowledgements promise over a log
+// whose sequencing replicas run in durability d: Durable only when every
+// replica fsyncs before acknowledging.
+func DurabilityOf(d seq.Durability) Durability {
+	if d == seq.Fsync {
+		return Durable
+	}
+	return Replicated
+}
 
 // AckStatus returns the status of an acknowledgement under d.
 func (d Durability) AckStatus() wire.AckStatus {

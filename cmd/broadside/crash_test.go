@@ -200,19 +200,21 @@ func (r *crashRig) pollHashes(from uint64) uint64 {
 	return next
 }
 
-// play runs bots (named after the incarnation, so that every bot's
-// sequence numbers are its own) and polls the published hashes until ctx
-// ends.
+// play runs one fleet of bots for the whole test — they reconnect to
+// every new incarnation, resume their sessions and resend what was not
+// acknowledged — and polls the published hashes, until ctx ends.
 func (r *crashRig) play(ctx context.Context, n int) (done func() bots.Report) {
 	var wg sync.WaitGroup
 	var rep bots.Report
-	prefix := fmt.Sprintf("i%d-bot-", r.incarnation)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		rep, _ = bots.Run(ctx, bots.Config{Server: r.addr, TLS: r.clientTLS, Secret: r.secret, Prefix: prefix,
-			N: n, Rate: 10, Duration: time.Minute, Seed: uint64(r.incarnation),
-			OnDurable: func(player uint32, seq uint64) {
+		rep, _ = bots.Run(ctx, bots.Config{Server: r.addr, TLS: r.clientTLS, Secret: r.secret,
+			N: n, Rate: 10, Duration: 5 * time.Minute, Seed: 1, ReconnectAttempts: 60,
+			OnAck: func(player uint32, seq uint64, status wire.AckStatus) {
+				if status != wire.AckDurable {
+					r.t.Errorf("player %d seq %d acknowledged %v, not durable", player, seq, status)
+				}
 				r.mu.Lock()
 				r.acked[[2]uint64{uint64(player), seq}] = true
 				r.ackedN++
@@ -243,11 +245,19 @@ func (r *crashRig) play(ctx context.Context, n int) (done func() bots.Report) {
 // verifies.
 func TestCrashRealProcesses(t *testing.T) {
 	r := newCrashRig(t)
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("BROADSIDE_CRASH_SEED"); v != "" {
+		fmt.Sscan(v, &seed)
+	}
+	t.Logf("seed %d (the kills' timing; BROADSIDE_CRASH_SEED=%d replays it)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
 	const kills = 5
 	// killed counts the kills no restart has resumed from yet; resumed the
 	// kills a later incarnation resumed the match from.
 	var killed, resumed, duringSnapshot, duringRecovery int
+	playCtx, stopPlay := context.WithCancel(context.Background())
+	defer stopPlay()
+	var done func() bots.Report
 	for k := 0; k < kills; k++ {
 		started := time.Now()
 		var cmd *exec.Cmd
@@ -285,8 +295,9 @@ func TestCrashRealProcesses(t *testing.T) {
 			killed = 0
 			r.restartToReadyMs = append(r.restartToReadyMs, float64(took.Microseconds())/1000)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := r.play(ctx, 6)
+		if k == 0 {
+			done = r.play(playCtx, 6)
+		}
 		if k == 2 {
 			select {
 			case <-exited:
@@ -303,19 +314,15 @@ func TestCrashRealProcesses(t *testing.T) {
 			killed++
 			t.Logf("kill %d: SIGKILL at a random moment", k+1)
 		}
-		cancel()
-		done()
 	}
 	// The last incarnation resumes, plays and stops cleanly.
 	started := time.Now()
 	cmd, out, exited := r.start()
 	r.restartToReadyMs = append(r.restartToReadyMs, float64(r.waitReady(started).Microseconds())/1000)
 	resumed += killed
-	ctx, cancel := context.WithCancel(context.Background())
-	done := r.play(ctx, 6)
-	time.Sleep(1500 * time.Millisecond)
-	cancel()
-	done()
+	time.Sleep(2 * time.Second)
+	stopPlay()
+	fleet := done()
 	r.pollHashes(1)
 	cmd.Process.Signal(os.Interrupt)
 	<-exited
@@ -328,7 +335,8 @@ func TestCrashRealProcesses(t *testing.T) {
 	final := lastTick(entries)
 	mismatched, checked := r.checkHashes(entries, final)
 	segs := r.checkRecording(final)
-	t.Logf("restart to ready: %v ms; %d hashes published and checked; recording in %d segments", r.restartToReadyMs, checked, segs)
+	t.Logf("restart to ready: %v ms; %d hashes published and checked; recording in %d segments; bots: %d sent, %d acked, %d reconnections, %d commands resent",
+		r.restartToReadyMs, checked, segs, fleet.Sent, fleet.Acked, fleet.Reconnects, fleet.Resent)
 	identical := "hashes identical"
 	if mismatched > 0 || len(r.hashConflicts) > 0 {
 		identical = fmt.Sprintf("%d hashes differ, %d conflicts", mismatched, len(r.hashConflicts))
@@ -350,6 +358,8 @@ func TestCrashRealProcesses(t *testing.T) {
 		t.Fatalf("kills during a snapshot write: %d, during recovery: %d (want 1 and 1)", duringSnapshot, duringRecovery)
 	case checked == 0 || len(r.acked) == 0:
 		t.Fatal("nothing was checked")
+	case fleet.Reconnects == 0:
+		t.Fatal("no bot reconnected: resumption was not exercised")
 	}
 }
 

@@ -129,6 +129,11 @@ func Segments(path string) []string {
 	}
 }
 
+// maxCutHeader bounds the size of a last segment that StartSegmentRecording
+// takes for one cut before its header was whole (a recording's header is
+// smaller).
+const maxCutHeader = 4096
+
 // StartSegmentRecording records world id of game from log into the
 // recording at path, as StartRecording does, across restarts of the
 // process: when path already holds segments of this world (a recording
@@ -140,9 +145,16 @@ func Segments(path string) []string {
 func StartSegmentRecording(ctx context.Context, path string, game Game, id uint32, log Log, cfg bsr.RecordConfig) (*Recording, string, error) {
 	segs := Segments(path)
 	var last uint64
-	for _, p := range segs {
+	for i, p := range segs {
 		r, err := bsr.Open(p)
 		if err != nil {
+			if st, serr := os.Stat(p); serr == nil && i == len(segs)-1 && st.Size() < maxCutHeader {
+				// A process killed as it created its segment left a
+				// file without a whole header: the new segment
+				// replaces it.
+				segs = segs[:i]
+				break
+			}
 			return nil, "", fmt.Errorf("recording segment %s: %w (move it away to start a new recording)", p, err)
 		}
 		h := r.Header()

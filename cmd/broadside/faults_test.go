@@ -212,6 +212,54 @@ func TestFaultsRealProcesses(t *testing.T) {
 		time.Sleep(700 * time.Millisecond)
 		procs[id].start(t)
 	}
+	// killTogether SIGKILLs several nodes in one go and restarts them
+	// 0.2 s later (the double fault of issue 14).
+	killTogether := func(what string, ids ...msg.NodeID) {
+		t.Helper()
+		for _, id := range ids {
+			procs[id].kill()
+			kills++
+		}
+		t.Logf("SIGKILL %s (nodes %v) at %d acked", what, ids, acked.Load())
+		time.Sleep(200 * time.Millisecond)
+		for _, id := range ids {
+			procs[id].start(t)
+		}
+	}
+	// freshClient dials a new client right after a restart and times its
+	// first append, CheckTail and read (the availability target of issue
+	// 14 is 1 s for all three). The test fails only on a stall far beyond
+	// it (the 27 s stall the issue reports), as timing on a shared machine
+	// is not a verdict; the measured times are printed.
+	var probes []string
+	freshClient := func(what string) {
+		t.Helper()
+		start := time.Now()
+		fc, err := cmdlog.DialRemote(cmdlog.RemoteConfig{Peers: peers, Coordinator: co, ClientTLS: client, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fc.Close()
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer pcancel()
+		if err := fc.Append(pctx, []byte("probe after "+what)); err != nil {
+			t.Fatalf("fresh client after %s: append: %v (after %v)", what, err, time.Since(start))
+		}
+		tAppend := time.Since(start)
+		tail, err := fc.CheckTail(pctx)
+		if err != nil {
+			t.Fatalf("fresh client after %s: CheckTail: %v (after %v)", what, err, time.Since(start))
+		}
+		tTail := time.Since(start)
+		if _, err := fc.Read(pctx, tail, 1); err != nil {
+			t.Fatalf("fresh client after %s: read %d: %v (after %v)", what, tail, err, time.Since(start))
+		}
+		tRead := time.Since(start)
+		line := fmt.Sprintf("%s: append %v, CheckTail %v, read %v", what,
+			tAppend.Round(time.Millisecond), tTail.Round(time.Millisecond), tRead.Round(time.Millisecond))
+		probes = append(probes, line)
+		t.Logf("fresh client after %s", line)
+	}
 
 	waitAcked(2000, "start")
 	v := waitMembers(3, "start")
@@ -220,14 +268,29 @@ func TestFaultsRealProcesses(t *testing.T) {
 		follower = v.Members[1]
 	}
 	killRestart(follower, "a sequencing follower")
+	freshClient("follower kill")
 	waitAcked(1000, "follower kill")
 	waitMembers(3, "follower restart")
 	killRestart(101, "a shard")
+	freshClient("shard kill")
 	waitAcked(1000, "shard kill")
 	v = waitMembers(3, "shard restart")
 	killRestart(v.Leader, "the sequencing leader")
+	freshClient("leader kill")
 	waitAcked(1000, "leader kill")
-	waitMembers(3, "leader restart")
+	v = waitMembers(3, "leader restart")
+	follower = v.Members[0]
+	if follower == v.Leader {
+		follower = v.Members[1]
+	}
+	killTogether("a sequencing follower and a shard", follower, 102)
+	freshClient("follower+shard kill")
+	waitAcked(1000, "follower+shard kill")
+	v = waitMembers(3, "follower+shard restart")
+	killTogether("the sequencing leader and a shard", v.Leader, 101)
+	freshClient("leader+shard kill")
+	waitAcked(1000, "leader+shard kill")
+	waitMembers(3, "leader+shard restart")
 	waitAcked(500, "recovery")
 	close(stop)
 	wg.Wait()
@@ -300,6 +363,9 @@ func TestFaultsRealProcesses(t *testing.T) {
 		kills, nAcked, lost, duplicated, tail, orderViolations)
 	fmt.Println(line)
 	t.Log(line)
+	for _, p := range probes {
+		fmt.Println("faults: fresh client after " + p)
+	}
 	if lost > 0 || duplicated > 0 || orderViolations > 0 {
 		t.Fatal(line)
 	}

@@ -44,10 +44,26 @@ type countingNet struct {
 	appendMessages atomic.Int64
 	storeEntries   atomic.Int64 // entries in Store messages, all shards
 	messages       atomic.Int64
+	// byKind counts messages per kind (index msg.Kind).
+	byKind [32]atomic.Int64
+}
+
+// KindCounts returns the messages sent so far per kind.
+func (n *countingNet) KindCounts() map[msg.Kind]int64 {
+	out := map[msg.Kind]int64{}
+	for k := range n.byKind {
+		if v := n.byKind[k].Load(); v > 0 {
+			out[msg.Kind(k)] = v
+		}
+	}
+	return out
 }
 
 func (n *countingNet) Send(env msg.Envelope) {
 	n.messages.Add(1)
+	if k := int(env.Msg.Kind()); k < len(n.byKind) {
+		n.byKind[k].Add(1)
+	}
 	switch m := env.Msg.(type) {
 	case msg.Append:
 		n.appendRecords.Add(int64(len(m.Records)))

@@ -21,7 +21,46 @@ type batch struct {
 	lastSent  int64
 	resends   int // retransmissions so far: the interval doubles with each
 	stableSet bool
+	// sentAt is when the batch's Stores were first sent (a round-trip
+	// sample when they are acknowledged without a retransmission).
+	sentAt int64
 }
+
+// rttEstimator keeps a smoothed round-trip time in ticks (Jacobson and
+// Karels, as TCP does), so that retransmissions wait for what the peers
+// currently take instead of a fixed timeout: under load, a fixed timeout
+// resends batches that are only queued, and the resends add to the load.
+type rttEstimator struct {
+	srtt8, rttvar4 int64 // smoothed RTT x 8, mean deviation x 4
+	samples        int
+}
+
+func (e *rttEstimator) observe(sample int64) {
+	sample = max(sample, 1)
+	if e.samples == 0 {
+		e.srtt8, e.rttvar4 = sample<<3, sample<<1
+	} else {
+		d := sample - e.srtt8>>3
+		e.srtt8 += d
+		if d < 0 {
+			d = -d
+		}
+		e.rttvar4 += d - e.rttvar4>>2
+	}
+	e.samples++
+}
+
+// timeout is the retransmission timeout: srtt + 4 rttvar, at least floor.
+func (e *rttEstimator) timeout(floor int64) int64 {
+	if e.samples == 0 {
+		return floor
+	}
+	return max(floor, e.srtt8>>3+e.rttvar4)
+}
+
+// maxBackoff caps the doublings of a retransmission interval, so that a
+// peer that comes back (a restarted shard) is served again soon.
+const maxBackoff = 3
 
 type parkedTail struct {
 	from  msg.NodeID
@@ -42,11 +81,13 @@ func (r *Replica) tickLeader() {
 		}
 	}
 	// Retransmit unacknowledged batch traffic.
+	rto := r.rtt.timeout(int64(r.cfg.RetryTicks))
 	for _, b := range r.batches {
 		// Links are reliable streams: a retransmission covers a reset link
-		// or a slow peer, so back off exponentially instead of piling
-		// duplicate work on a shard that is busy writing.
-		if r.now-b.lastSent < int64(r.cfg.RetryTicks)<<min(b.resends, 5) {
+		// or a slow peer, so wait for the measured round trip and back off
+		// exponentially instead of piling duplicate work on a shard that
+		// is busy writing.
+		if r.now-b.lastSent < rto<<min(b.resends, maxBackoff) {
 			continue
 		}
 		b.lastSent = r.now
@@ -98,6 +139,7 @@ func (r *Replica) order() {
 			records:  r.log[r.assigned : r.assigned+n : r.assigned+n],
 			shards:   make(map[msg.NodeID]bool),
 			lastSent: r.now,
+			sentAt:   r.now,
 		}
 		r.assigned += n
 		r.nextGP = b.to
@@ -195,6 +237,9 @@ func (r *Replica) advance() {
 				break
 			}
 			b.stored = true
+			if b.resends == 0 {
+				r.rtt.observe(r.now - b.sentAt)
+			}
 		}
 		if !b.gcSent {
 			// Local GC of the head of the log, then tell followers.
@@ -217,7 +262,9 @@ func (r *Replica) advance() {
 			if r.cfg.Durability == Fsync {
 				r.persist(PersistOp{Kind: PersistGC, GC: r.gcOf(b)})
 			}
-			r.sendGC(b, false)
+			// The GC leaves in Ready, merged with the GCs of the other
+			// batches stored in this round (one message per follower).
+			r.gcOut = append(r.gcOut, b)
 			if r.cfg.Bugs.StableBeforeFollowerGC {
 				r.setStable(b.to)
 			}
@@ -238,10 +285,12 @@ func (r *Replica) advance() {
 		if !all {
 			break
 		}
+		if b.resends == 0 {
+			r.rtt.observe(r.now - b.gcAt)
+		}
 		r.setStable(b.to)
 		r.batches = r.batches[1:]
 	}
-	r.order()
 }
 
 func (r *Replica) gcOf(b *batch) msg.GC {
@@ -258,9 +307,9 @@ func (r *Replica) setStable(gp uint64) {
 	}
 	r.stableGP = gp
 	r.dropOrderedThrough(gp)
-	for _, s := range r.cfg.Layout.Shards {
-		r.send(s, msg.StableGP{Epoch: r.view.Number, GP: gp})
-	}
+	// Announced to shards in Ready, once for every batch that became
+	// stable in this round.
+	r.stableOut = msg.StableGP{Epoch: r.view.Number, GP: gp}
 	// Answer parked tail queries.
 	kept := r.tails[:0]
 	for _, t := range r.tails {
@@ -297,4 +346,52 @@ func (r *Replica) onCheckTail(from msg.NodeID, m msg.CheckTail) {
 		return
 	}
 	r.tails = append(r.tails, parkedTail{from: from, reqID: m.ReqID, tail: tail})
+}
+
+// leaderReady cuts new batches from what arrived since the last Ready and
+// sends the round's coalesced GCs and stable-gp announcement: the driver
+// steps every message it has before calling Ready, so one round orders
+// everything that arrived together and one GC per follower covers every
+// batch the shards acknowledged together.
+func (r *Replica) leaderReady() {
+	if len(r.gcOut) > 0 {
+		r.sendMergedGC(r.gcOut)
+		clear(r.gcOut)
+		r.gcOut = r.gcOut[:0]
+	}
+	if r.stableOut.GP != 0 {
+		for _, s := range r.cfg.Layout.Shards {
+			r.send(s, r.stableOut)
+		}
+		r.stableOut = msg.StableGP{}
+	}
+	if r.role == RoleLeader && !r.sealed && r.flush == nil {
+		r.order()
+	}
+}
+
+// sendMergedGC sends the GCs of consecutive batches as few messages as the
+// size cap allows.
+func (r *Replica) sendMergedGC(bs []*batch) {
+	for len(bs) > 0 {
+		from, to := bs[0].from, bs[0].to
+		n, ids := 1, len(bs[0].records)
+		for n < len(bs) && bs[n].from == to+1 && ids+len(bs[n].records) <= maxMessageEntries {
+			to = bs[n].to
+			ids += len(bs[n].records)
+			n++
+		}
+		gc := msg.GC{View: r.view.Number, FromGP: from, ToGP: to, IDs: make([]msg.RecordID, 0, ids)}
+		for _, b := range bs[:n] {
+			for _, rec := range b.records {
+				gc.IDs = append(gc.IDs, rec.ID)
+			}
+		}
+		for _, m := range r.view.Members {
+			if m != r.cfg.ID {
+				r.send(m, gc)
+			}
+		}
+		bs = bs[n:]
+	}
 }

@@ -42,8 +42,14 @@ type Replica struct {
 	assigned int    // records at the front of log in in-flight batches
 	// stableGP is the leader's stable-gp; on followers, the highest the
 	// leader announced.
-	stableGP        uint64
-	batches         []*batch
+	stableGP uint64
+	batches  []*batch
+	// gcOut are batches GC'd locally in this round, whose GC leaves in
+	// Ready; stableOut is the round's stable-gp announcement (GP 0: none).
+	gcOut     []*batch
+	stableOut msg.StableGP
+	// rtt measures the shards' and followers' round trips.
+	rtt             rttEstimator
 	batchCounter    uint64
 	peerContact     map[msg.NodeID]int64
 	lastHeartbeat   int64
@@ -183,6 +189,7 @@ func (r *Replica) Violations() []string {
 
 // Ready returns the accumulated work and resets it.
 func (r *Replica) Ready() Ready {
+	r.leaderReady()
 	rd := r.ready
 	r.ready = Ready{}
 	return rd
@@ -289,7 +296,5 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		r.pendingGC = nil
 		r.onGC(r.view.Leader, gc)
 	}
-	if r.role == RoleLeader {
-		r.order()
-	}
+	// The leader orders in Ready, with everything else that arrived.
 }

@@ -392,6 +392,8 @@ func (r *Replica) resetToView(v msg.ViewRecord, rev uint64) {
 	r.stableGP = v.StartGP
 	r.assigned = 0
 	r.batches = nil
+	clear(r.gcOut)
+	r.gcOut = r.gcOut[:0]
 	r.tails = nil
 	r.leaderContact = r.now
 	r.lastHeartbeat = r.now - int64(r.cfg.HeartbeatTicks)

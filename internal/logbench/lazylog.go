@@ -33,6 +33,8 @@ type lazylog struct {
 	acked  atomic.Int64
 	// lastDiag holds the counters at the last Diagnostics call.
 	lastDiag [5]int64
+	// lastViews is the StartView count at the last Diagnostics call.
+	lastViews int64
 }
 
 // countingNet counts what crosses the network, to tell the work an append
@@ -169,8 +171,11 @@ func (l *lazylog) Diagnostics() string {
 	if acked == 0 {
 		return ""
 	}
-	return fmt.Sprintf("per acked append: %.2f records sent to replicas (3 = no resends), %.2f entries stored on shards (1 = no resends), %.2f messages of all kinds; %.1f records per Append message",
-		d[1]/acked, d[3]/acked, d[4]/acked, d[1]/max(d[2], 1))
+	views := l.net.byKind[msg.KindStartView].Load()
+	newViews := float64(views-l.lastViews) / 2 // a leader tells its 2 followers
+	l.lastViews = views
+	return fmt.Sprintf("per acked append: %.2f records sent to replicas (3 = no resends), %.2f entries stored on shards (1 = no resends), %.2f messages of all kinds; %.1f records per Append message; %.0f view changes",
+		d[1]/acked, d[3]/acked, d[4]/acked, d[1]/max(d[2], 1), newViews)
 }
 
 // Settle waits for ordering: CheckTail answers once every append completed

@@ -76,10 +76,13 @@ func RunShard(ctx context.Context, cfg ShardConfig) error {
 // applyWrites makes a round's writes durable, in order: as one batch (one
 // sync) when the storage can, else one Apply each.
 func applyWrites(st shard.Storage, ws []shard.Writes) error {
-	switch {
-	case len(ws) == 0:
+	if len(ws) == 0 {
 		return nil
-	case len(ws) == 1:
+	}
+	if la, ok := st.(shard.LazyApplier); ok && allLazy(ws) {
+		return la.ApplyLazy(ws)
+	}
+	if len(ws) == 1 {
 		return st.Apply(ws[0])
 	}
 	if ba, ok := st.(shard.BatchApplier); ok {
@@ -91,4 +94,13 @@ func applyWrites(st shard.Storage, ws []shard.Writes) error {
 		}
 	}
 	return nil
+}
+
+func allLazy(ws []shard.Writes) bool {
+	for i := range ws {
+		if !ws[i].Lazy {
+			return false
+		}
+	}
+	return true
 }

@@ -125,6 +125,10 @@ func (r *Replica) tickLeader() {
 
 // order cuts new batches from the unassigned part of the log.
 func (r *Replica) order() {
+	if d := int64(r.cfg.OrderDelayTicks); d > 0 && len(r.log)-r.assigned < r.cfg.BatchSize &&
+		r.now-r.unassignedSince < d && len(r.tails) == 0 {
+		return // wait a little for more records (Config.OrderDelayTicks)
+	}
 	for len(r.batches) < r.cfg.MaxInflightBatches && r.assigned < len(r.log) {
 		n, bytes := 0, 0
 		for r.assigned+n < len(r.log) && n < r.cfg.BatchSize && (n == 0 || bytes+len(r.log[r.assigned+n].Data) <= maxMessageBytes) {

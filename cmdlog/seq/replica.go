@@ -48,6 +48,8 @@ type Replica struct {
 	// Ready; stableOut is the round's stable-gp announcement (GP 0: none).
 	gcOut     []*batch
 	stableOut msg.StableGP
+	// unassignedSince is when the oldest record not in a batch arrived.
+	unassignedSince int64
 	// rtt measures the shards' and followers' round trips.
 	rtt             rttEstimator
 	batchCounter    uint64
@@ -281,6 +283,9 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		return
 	}
 	var added []msg.Record
+	if r.assigned == len(r.log) {
+		r.unassignedSince = r.now
+	}
 	for _, rec := range m.Records {
 		if r.dedup.add(rec.ID) {
 			r.log = append(r.log, rec)

@@ -248,7 +248,9 @@ func (s *sim) replicaConfig(id msg.NodeID) seq.Config {
 		Durability:         s.opts.Durability,
 		BatchSize:          1 + s.rng.IntN(16),
 		MaxInflightBatches: 1 + s.rng.IntN(4),
-		Bugs:               s.opts.Bugs,
+		// Half the replicas order at once, the others wait 1 or 2 ticks.
+		OrderDelayTicks: []int{-1, -1, 1, 2}[s.rng.IntN(4)],
+		Bugs:            s.opts.Bugs,
 	}
 }
 
@@ -424,6 +426,7 @@ func (s *sim) injectFaults() {
 			victim.downUntil = s.now + int64(10+s.rng.IntN(150))
 			s.tracef("crash shard %d (keeps %d entries); restarts at t=%d", victim.id, len(victim.store.entries), victim.downUntil)
 			victim.core = nil
+			victim.store.crash()
 		}
 	}
 	if s.rng.IntN(700) == 0 {
@@ -474,6 +477,7 @@ func (s *sim) forcedFault() {
 			victim.downUntil = s.now + int64(10+s.rng.IntN(150))
 			s.tracef("crash shard %d (keeps %d entries); restarts at t=%d", victim.id, len(victim.store.entries), victim.downUntil)
 			victim.core = nil
+			victim.store.crash()
 		}
 	default:
 		n := s.replicas[s.rng.IntN(len(s.replicas))].id
@@ -676,9 +680,19 @@ func (s *sim) processReplica(r *replicaSlot) {
 
 func (s *sim) processShard(sh *shardSlot) {
 	rd := sh.core.Ready()
+	lazy := len(rd.Writes) > 0
 	for _, w := range rd.Writes {
-		if err := sh.store.Apply(w); err != nil {
-			s.violate("shard %d apply: %v", sh.id, err)
+		lazy = lazy && w.Lazy
+	}
+	if lazy {
+		// As the live driver does: a round of only lazy writes is not
+		// synced, and a crash may lose it.
+		sh.store.applyLazy(rd.Writes)
+	} else {
+		for _, w := range rd.Writes {
+			if err := sh.store.Apply(w); err != nil {
+				s.violate("shard %d apply: %v", sh.id, err)
+			}
 		}
 	}
 	for _, v := range sh.core.Violations() {

@@ -191,8 +191,6 @@ func (c *Client) loop(ctx context.Context) {
 	if tick <= 0 {
 		tick = 5 * time.Millisecond
 	}
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
 	submit := func(r request) {
 		switch r.kind {
 		case clientcore.CompleteAppend:
@@ -211,44 +209,7 @@ func (c *Client) loop(ctx context.Context) {
 			reads[core.Trim(r.upTo)] = r
 		}
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			for _, rs := range appends {
-				for _, r := range rs {
-					r.reply <- result{err: ErrClosed}
-				}
-			}
-			for _, r := range reads {
-				r.reply <- result{err: ErrClosed}
-			}
-			return
-		case r := <-c.reqs:
-			submit(r)
-			// Batch every request already queued into this round.
-			for i := 0; i < 4096; i++ {
-				select {
-				case r = <-c.reqs:
-					submit(r)
-					continue
-				default:
-				}
-				break
-			}
-		case env := <-c.cfg.Inbox:
-			core.Step(env)
-			for i := 0; i < 4096; i++ {
-				select {
-				case env = <-c.cfg.Inbox:
-					core.Step(env)
-					continue
-				default:
-				}
-				break
-			}
-		case <-ticker.C:
-			core.Tick()
-		}
+	ready := func() error {
 		rd := core.Ready()
 		for _, m := range rd.Messages {
 			if m.To == msg.Coordinator {
@@ -289,6 +250,19 @@ func (c *Client) loop(ctx context.Context) {
 				}
 			}
 		}
+		return nil
+	}
+	// The same loop as every node's: requests and messages queued together
+	// are stepped together, then one Ready sends them as shared messages.
+	node.Driver[request]{Inbox: c.cfg.Inbox, Tick: tick, Step: core.Step, OnTick: core.Tick,
+		Requests: c.reqs, Submit: submit, Ready: ready}.Run(ctx)
+	for _, rs := range appends {
+		for _, r := range rs {
+			r.reply <- result{err: ErrClosed}
+		}
+	}
+	for _, r := range reads {
+		r.reply <- result{err: ErrClosed}
 	}
 }
 

@@ -68,6 +68,19 @@ func (p *proc) kill() {
 	}
 }
 
+// The replicas' timing in the fault test: a 10 ms tick and 50 ticks of
+// silence before a peer is suspected by default (no false suspicions on a
+// busy shared machine); BROADSIDE_FAULTS_TIMING=5ms,6 tries the timing a
+// 50 ms view change needs.
+var faultsTick, faultsSuspect = func() (string, string) {
+	if v := os.Getenv("BROADSIDE_FAULTS_TIMING"); v != "" {
+		if tick, suspect, ok := strings.Cut(v, ","); ok {
+			return tick, suspect
+		}
+	}
+	return "10ms", "50"
+}()
+
 type appendRecord struct {
 	data       string
 	start, end time.Time
@@ -115,7 +128,7 @@ func TestFaultsRealProcesses(t *testing.T) {
 		defer lf.Close()
 		p := &proc{log: lf, args: []string{"logd", "--role", role, "--id", fmt.Sprint(id), "--peers", peerFlag,
 			"--data", filepath.Join(dir, fmt.Sprint(id)), "--tls-dir", tlsDir, "--coord", ns.ClientURL(),
-			"--tick", "10ms", "--suspect-ticks", "50"}}
+			"--tick", faultsTick, "--suspect-ticks", faultsSuspect}}
 		p.start(t)
 		procs[id] = p
 	}
@@ -204,8 +217,27 @@ func TestFaultsRealProcesses(t *testing.T) {
 		}
 	}
 	kills := 0
+	var killedAt time.Time
+	// resumed reports how long after the last kill the first append that
+	// started after it completed (the view change time for a leader kill,
+	// failure detection included).
+	resumed := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		var first time.Time
+		for _, r := range records {
+			if r.acked && r.start.After(killedAt) && (first.IsZero() || r.end.Before(first)) {
+				first = r.end
+			}
+		}
+		if first.IsZero() {
+			return "no append completed yet"
+		}
+		return fmt.Sprintf("appends complete again %v after the SIGKILL", first.Sub(killedAt).Round(time.Millisecond))
+	}
 	killRestart := func(id msg.NodeID, what string) {
 		t.Helper()
+		killedAt = time.Now()
 		procs[id].kill()
 		kills++
 		t.Logf("SIGKILL %s (node %d) at %d acked", what, id, acked.Load())
@@ -216,6 +248,7 @@ func TestFaultsRealProcesses(t *testing.T) {
 	// 0.2 s later (the double fault of issue 14).
 	killTogether := func(what string, ids ...msg.NodeID) {
 		t.Helper()
+		killedAt = time.Now()
 		for _, id := range ids {
 			procs[id].kill()
 			kills++
@@ -255,8 +288,8 @@ func TestFaultsRealProcesses(t *testing.T) {
 			t.Fatalf("fresh client after %s: read %d: %v (after %v)", what, tail, err, time.Since(start))
 		}
 		tRead := time.Since(start)
-		line := fmt.Sprintf("%s: append %v, CheckTail %v, read %v", what,
-			tAppend.Round(time.Millisecond), tTail.Round(time.Millisecond), tRead.Round(time.Millisecond))
+		line := fmt.Sprintf("%s: append %v, CheckTail %v, read %v after the restart; %s", what,
+			tAppend.Round(time.Millisecond), tTail.Round(time.Millisecond), tRead.Round(time.Millisecond), resumed())
 		probes = append(probes, line)
 		t.Logf("fresh client after %s", line)
 	}

@@ -458,6 +458,8 @@ func (c *Client) Step(env msg.Envelope) {
 	case msg.AppendAck:
 		c.onAck(env.From, m)
 	case msg.AppendReject:
+		// A refused append, or a replica telling us its view was sealed
+		// or a new one started: learn the view now.
 		c.wantView = true
 	case msg.ReadResp:
 		c.onRead(m)
@@ -638,10 +640,11 @@ func (c *Client) onView(m msg.CoordResp) {
 	}
 	c.coordReq = 0
 	if m.Rev == 0 || !m.View.Active() {
-		// No view yet, or a change under way: ask again after a while.
+		// No view yet, or a change under way: ask again at the next tick
+		// (a view change takes a few round trips; waiting RetryTicks
+		// would add that much to every client's recovery).
 		c.wantView = true
-		c.coordAt = c.now
-		c.coordReq = 0
+		c.coordAt = c.now - int64(c.cfg.RetryTicks)
 		c.nextReq++
 		// Delay the next poll by pretending one is outstanding.
 		c.coordReq = c.nextReq

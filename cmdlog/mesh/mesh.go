@@ -37,6 +37,10 @@ const CodeBadMessage = transport.CodeFirstProtocolSpecific + 1
 // maxQueued bounds messages queued for one peer.
 const maxQueued = 1 << 16
 
+// sharedDecodeAbove is the frame size from which received frames keep
+// their own buffer and are decoded without copying their records.
+const sharedDecodeAbove = 4 << 10
+
 // maxPending bounds messages held for a peer while its link is dialled.
 const maxPending = 4096
 
@@ -366,7 +370,11 @@ func (m *Mesh) removeLink(l *link) {
 func (m *Mesh) readLoop(l *link) {
 	defer m.wg.Done()
 	defer m.removeLink(l)
-	buf := make([]byte, 0, 64<<10)
+	// Frames that fit buf are read into it and decoded with a copy of
+	// their few record bytes; larger ones (batches of records) get a
+	// buffer of their own, which the decoded message keeps: their records
+	// are not copied again.
+	buf := make([]byte, 0, sharedDecodeAbove)
 	for {
 		frame, err := l.st.ReadFrame(buf[:0])
 		if err != nil {
@@ -375,14 +383,15 @@ func (m *Mesh) readLoop(l *link) {
 			}
 			return
 		}
-		mm, err := codec.Decode(frame)
+		decode := codec.Decode
+		if cap(frame) > cap(buf) {
+			decode = codec.DecodeShared
+		}
+		mm, err := decode(frame)
 		if err != nil {
 			m.log.Warn("mesh: closing link after malformed message", "self", m.cfg.Self, "peer", l.peer, "err", err)
 			l.st.Conn().CloseWithCode(CodeBadMessage, "malformed message")
 			return
-		}
-		if cap(frame) > cap(buf) && cap(frame) <= 1<<20 {
-			buf = frame
 		}
 		m.cfg.Inbox.Deliver(msg.Envelope{From: l.peer, To: m.cfg.Self, Msg: mm})
 	}
@@ -392,7 +401,6 @@ func (m *Mesh) writeLoop(l *link) {
 	defer m.wg.Done()
 	defer m.removeLink(l)
 	var batch []msg.Message
-	var enc []byte
 	for {
 		select {
 		case <-l.closed:
@@ -405,8 +413,7 @@ func (m *Mesh) writeLoop(l *link) {
 		batch, l.queue = l.queue, batch[:0]
 		l.mu.Unlock()
 		for i, mm := range batch {
-			enc = codec.Encode(enc[:0], mm)
-			if err := l.st.BufferFrame(enc); err != nil {
+			if err := codec.EncodeTo(mm, l.st.BufferFrame); err != nil {
 				return
 			}
 			batch[i] = nil

@@ -35,25 +35,7 @@ func RunShard(ctx context.Context, cfg ShardConfig) error {
 	log.Info("shard starting", "id", cfg.Core.ID, "epoch", m.Epoch, "stable_gp", m.StableGP, "trimmed", m.Trimmed)
 	// Shards have no timers; a slow tick only bounds how long an error
 	// can go unnoticed.
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case env := <-cfg.Inbox:
-			s.Step(env)
-			for i := 1; i < maxStepsPerReady; i++ {
-				select {
-				case env = <-cfg.Inbox:
-					s.Step(env)
-					continue
-				default:
-				}
-				break
-			}
-		case <-ticker.C:
-		}
+	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: time.Second, Step: s.Step, OnTick: func() {}, Ready: func() error {
 		rd := s.Ready()
 		if err := applyWrites(cfg.Storage, rd.Writes); err != nil {
 			return fmt.Errorf("shard %d: apply: %w", cfg.Core.ID, err)
@@ -70,7 +52,8 @@ func RunShard(ctx context.Context, cfg ShardConfig) error {
 		if cfg.Observe != nil {
 			cfg.Observe(s)
 		}
-	}
+		return nil
+	}}.Run(ctx)
 }
 
 // applyWrites makes a round's writes durable, in order: as one batch (one

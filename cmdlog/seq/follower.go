@@ -33,6 +33,27 @@ func (r *Replica) onGC(from msg.NodeID, m msg.GC) {
 // the ordered entries. It changes nothing and reports false if a record of
 // the batch has not arrived yet.
 func (r *Replica) applyGC(m msg.GC) bool {
+	// Usually the batch is the head of our log, in the leader's order
+	// (the client sent the records to every replica in the same order).
+	if n := len(m.IDs); n <= len(r.log) {
+		head := true
+		for i, id := range m.IDs {
+			if r.log[i].ID != id {
+				head = false
+				break
+			}
+		}
+		if head {
+			for i, rec := range r.log[:n] {
+				r.ordered = append(r.ordered, msg.Entry{Pos: m.FromGP + uint64(i), Record: rec})
+			}
+			clear(r.log[:n])
+			r.log = r.log[n:]
+			r.lastOrderedGP = m.ToGP
+			r.pendingGC = nil
+			return true
+		}
+	}
 	at := make(map[msg.RecordID]int, len(m.IDs))
 	for i, id := range m.IDs {
 		at[id] = i

@@ -8,6 +8,7 @@ package seq
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
@@ -50,6 +51,11 @@ type Replica struct {
 	stableOut msg.StableGP
 	// unassignedSince is when the oldest record not in a batch arrived.
 	unassignedSince int64
+	// clients maps the nodes that appended recently to the tick of their
+	// last Append: they are told at once when this replica's view is
+	// sealed or it starts leading a new one (notifyClients), instead of
+	// finding out when a retry times out.
+	clients map[msg.NodeID]int64
 	// rtt measures the shards' and followers' round trips.
 	rtt             rttEstimator
 	batchCounter    uint64
@@ -282,6 +288,7 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectSealed, IDs: ids})
 		return
 	}
+	r.noteClient(from)
 	var added []msg.Record
 	if r.assigned == len(r.log) {
 		r.unassignedSince = r.now
@@ -302,4 +309,42 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		r.onGC(r.view.Leader, gc)
 	}
 	// The leader orders in Ready, with everything else that arrived.
+}
+
+// clientMemoryTicks is how long a replica remembers a client that appended.
+const clientMemoryTicks = 2000
+
+func (r *Replica) noteClient(from msg.NodeID) {
+	if r.clients == nil {
+		r.clients = make(map[msg.NodeID]int64)
+	}
+	if _, known := r.clients[from]; !known && len(r.clients) >= 4096 {
+		// Forget clients that went quiet, so the map stays bounded.
+		for id, at := range r.clients {
+			if r.now-at > clientMemoryTicks/4 {
+				delete(r.clients, id)
+			}
+		}
+	}
+	r.clients[from] = r.now
+}
+
+// notifyClients tells every client that appended recently that this
+// replica's view is sealed or that it now leads view r.view (an
+// AppendReject without records): the client asks the coordinator for the
+// view and resends what is incomplete, without waiting for a retry
+// timeout. Clients are told in id order (deterministic).
+func (r *Replica) notifyClients(reason msg.RejectReason) {
+	ids := make([]msg.NodeID, 0, len(r.clients))
+	for id, at := range r.clients {
+		if r.now-at > clientMemoryTicks {
+			delete(r.clients, id)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		r.send(id, msg.AppendReject{View: r.view.Number, Reason: reason})
+	}
 }

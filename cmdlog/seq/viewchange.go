@@ -94,6 +94,7 @@ func (r *Replica) seal() {
 	if r.cfg.Durability == Fsync {
 		r.persist(PersistOp{Kind: PersistSeal})
 	}
+	r.notifyClients(msg.RejectSealed)
 }
 
 func (r *Replica) onJoin(from msg.NodeID, m msg.Join) {
@@ -370,6 +371,7 @@ func (r *Replica) startView(v msg.ViewRecord, rev uint64) {
 				r.send(m, msg.StartView{View: v.Clone()})
 			}
 		}
+		r.notifyClients(msg.RejectWrongView)
 		for _, s := range r.cfg.Layout.Shards {
 			r.send(s, msg.StableGP{Epoch: v.Number, GP: r.stableGP})
 		}

@@ -45,6 +45,10 @@ type ClientConfig struct {
 	Timing node.Timing
 	// RetryTicks: requests unanswered this long are resent (default 8).
 	RetryTicks int
+	// AppendRetryTicks: the least time before an unacknowledged append is
+	// resent (default 40 ticks, 200 ms at the default tick; see
+	// clientcore.Config.AppendRetryTicks).
+	AppendRetryTicks int
 	// OnAppendLatency, if set, is called with each append's latency.
 	OnAppendLatency func(time.Duration)
 }
@@ -85,6 +89,9 @@ func NewClient(cfg ClientConfig) *Client {
 	}
 	if cfg.ClientID == 0 {
 		cfg.ClientID = rand.Uint64() | 1<<62
+	}
+	if cfg.AppendRetryTicks == 0 {
+		cfg.AppendRetryTicks = 40
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, reqs: make(chan request, 4096), done: make(chan struct{}), cancel: cancel}
@@ -183,7 +190,8 @@ func (c *Client) Trim(ctx context.Context, upTo uint64) (uint64, error) {
 
 func (c *Client) loop(ctx context.Context) {
 	defer c.wg.Done()
-	core := clientcore.New(clientcore.Config{ID: c.cfg.ID, ClientID: c.cfg.ClientID, Layout: c.cfg.Layout, RetryTicks: c.cfg.RetryTicks})
+	core := clientcore.New(clientcore.Config{ID: c.cfg.ID, ClientID: c.cfg.ClientID, Layout: c.cfg.Layout,
+		RetryTicks: c.cfg.RetryTicks, AppendRetryTicks: c.cfg.AppendRetryTicks})
 	proxy := coordProxy{c: c.cfg.Coordinator}
 	appends := make(map[msg.RecordID][]request)
 	reads := make(map[uint64]request)

@@ -24,6 +24,14 @@ type Config struct {
 	Layout   msg.Layout
 	// RetryTicks: unacknowledged requests are resent after this long.
 	RetryTicks int
+	// AppendRetryTicks is the least time before an append is resent to a
+	// replica that has not acknowledged it (default RetryTicks; the
+	// measured acknowledgement time raises it). Links are reliable
+	// streams and view changes are announced, so a resend only covers a
+	// message lost to a full queue or a reset link: a live client sets it
+	// well above the acknowledgement times it sees under load, where every
+	// spurious resend adds to the load.
+	AppendRetryTicks int
 	// MaxBatch caps records per Append message.
 	MaxBatch int
 	// MaxInflightBatches caps rounds of Append messages sent and not yet
@@ -204,6 +212,9 @@ type Client struct {
 func New(cfg Config) *Client {
 	if cfg.RetryTicks <= 0 {
 		cfg.RetryTicks = 8
+	}
+	if cfg.AppendRetryTicks <= 0 {
+		cfg.AppendRetryTicks = cfg.RetryTicks
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 512
@@ -390,7 +401,7 @@ func (c *Client) sendBatch(batch []msg.Record, to []msg.NodeID) {
 func (c *Client) Tick() {
 	c.now++
 	retry := int64(c.cfg.RetryTicks)
-	rto := c.rtt.timeout(retry)
+	rto := c.rtt.timeout(int64(c.cfg.AppendRetryTicks))
 	if c.coordReq != 0 && c.now-c.coordAt > retry {
 		c.requestView()
 	}

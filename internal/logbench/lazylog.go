@@ -128,6 +128,7 @@ func startLazylog(ctx context.Context, env Env, fsync bool) (_ System, err error
 	if err := waitReady(ctx, l.client.Append); err != nil {
 		return nil, fmt.Errorf("lazylog: cluster not ready: %w", err)
 	}
+	l.lastViews = l.net.byKind[msg.KindStartView].Load() // the first view is no change
 	return l, nil
 }
 

@@ -45,6 +45,10 @@ type ClientConfig struct {
 	Timing node.Timing
 	// RetryTicks: requests unanswered this long are resent (default 8).
 	RetryTicks int
+	// AppendRetryTicks: the least time before an unacknowledged append is
+	// resent (default 40 ticks, 200 ms at the default tick; see
+	// clientcore.Config.AppendRetryTicks).
+	AppendRetryTicks int
 	// OnAppendLatency, if set, is called with each append's latency.
 	OnAppendLatency func(time.Duration)
 }
@@ -85,6 +89,9 @@ func NewClient(cfg ClientConfig) *Client {
 	}
 	if cfg.ClientID == 0 {
 		cfg.ClientID = rand.Uint64() | 1<<62
+	}
+	if cfg.AppendRetryTicks == 0 {
+		cfg.AppendRetryTicks = 40
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, reqs: make(chan request, 4096), done: make(chan struct{}), cancel: cancel}
@@ -183,7 +190,8 @@ func (c *Client) Trim(ctx context.Context, upTo uint64) (uint64, error) {
 
 func (c *Client) loop(ctx context.Context) {
 	defer c.wg.Done()
-	core := clientcore.New(clientcore.Config{ID: c.cfg.ID, ClientID: c.cfg.ClientID, Layout: c.cfg.Layout, RetryTicks: c.cfg.RetryTicks})
+	core := clientcore.New(clientcore.Config{ID: c.cfg.ID, ClientID: c.cfg.ClientID, Layout: c.cfg.Layout,
+		RetryTicks: c.cfg.RetryTicks, AppendRetryTicks: c.cfg.AppendRetryTicks})
 	proxy := coordProxy{c: c.cfg.Coordinator}
 	appends := make(map[msg.RecordID][]request)
 	reads := make(map[uint64]request)
@@ -191,8 +199,6 @@ func (c *Client) loop(ctx context.Context) {
 	if tick <= 0 {
 		tick = 5 * time.Millisecond
 	}
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
 	submit := func(r request) {
 		switch r.kind {
 		case clientcore.CompleteAppend:
@@ -211,44 +217,7 @@ func (c *Client) loop(ctx context.Context) {
 			reads[core.Trim(r.upTo)] = r
 		}
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			for _, rs := range appends {
-				for _, r := range rs {
-					r.reply <- result{err: ErrClosed}
-				}
-			}
-			for _, r := range reads {
-				r.reply <- result{err: ErrClosed}
-			}
-			return
-		case r := <-c.reqs:
-			submit(r)
-			// Batch every request already queued into this round.
-			for i := 0; i < 4096; i++ {
-				select {
-				case r = <-c.reqs:
-					submit(r)
-					continue
-				default:
-				}
-				break
-			}
-		case env := <-c.cfg.Inbox:
-			core.Step(env)
-			for i := 0; i < 4096; i++ {
-				select {
-				case env = <-c.cfg.Inbox:
-					core.Step(env)
-					continue
-				default:
-				}
-				break
-			}
-		case <-ticker.C:
-			core.Tick()
-		}
+	ready := func() error {
 		rd := core.Ready()
 		for _, m := range rd.Messages {
 			if m.To == msg.Coordinator {
@@ -289,6 +258,19 @@ func (c *Client) loop(ctx context.Context) {
 				}
 			}
 		}
+		return nil
+	}
+	// The same loop as every node's: requests and messages queued together
+	// are stepped together, then one Ready sends them as shared messages.
+	node.Driver[request]{Inbox: c.cfg.Inbox, Tick: tick, Step: core.Step, OnTick: core.Tick,
+		Requests: c.reqs, Submit: submit, Ready: ready}.Run(ctx)
+	for _, rs := range appends {
+		for _, r := range rs {
+			r.reply <- result{err: ErrClosed}
+		}
+	}
+	for _, r := range reads {
+		r.reply <- result{err: ErrClosed}
 	}
 }
 

@@ -69,6 +69,19 @@ func (p *proc) kill() {
 	}
 }
 
+// The replicas' timing in the fault test: a 10 ms tick and 50 ticks of
+// silence before a peer is suspected by default (no false suspicions on a
+// busy shared machine); BROADSIDE_FAULTS_TIMING=5ms,6 tries the timing a
+// 50 ms view change needs.
+var faultsTick, faultsSuspect = func() (string, string) {
+	if v := os.Getenv("BROADSIDE_FAULTS_TIMING"); v != "" {
+		if tick, suspect, ok := strings.Cut(v, ","); ok {
+			return tick, suspect
+		}
+	}
+	return "10ms", "50"
+}()
+
 type appendRecord struct {
 	data       string
 	start, end time.Time
@@ -116,7 +129,7 @@ func TestFaultsRealProcesses(t *testing.T) {
 		defer lf.Close()
 		p := &proc{log: lf, args: []string{"logd", "--role", role, "--id", fmt.Sprint(id), "--peers", peerFlag,
 			"--data", filepath.Join(dir, fmt.Sprint(id)), "--tls-dir", tlsDir, "--coord", ns.ClientURL(),
-			"--tick", "10ms", "--suspect-ticks", "50"}}
+			"--tick", faultsTick, "--suspect-ticks", faultsSuspect}}
 		p.start(t)
 		procs[id] = p
 	}
@@ -205,13 +218,81 @@ func TestFaultsRealProcesses(t *testing.T) {
 		}
 	}
 	kills := 0
+	var killedAt time.Time
+	// resumed reports how long after the last kill the first append that
+	// started after it completed (the view change time for a leader kill,
+	// failure detection included).
+	resumed := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		var first time.Time
+		for _, r := range records {
+			if r.acked && r.start.After(killedAt) && (first.IsZero() || r.end.Before(first)) {
+				first = r.end
+			}
+		}
+		if first.IsZero() {
+			return "no append completed yet"
+		}
+		return fmt.Sprintf("appends complete again %v after the SIGKILL", first.Sub(killedAt).Round(time.Millisecond))
+	}
 	killRestart := func(id msg.NodeID, what string) {
 		t.Helper()
+		killedAt = time.Now()
 		procs[id].kill()
 		kills++
 		t.Logf("SIGKILL %s (node %d) at %d acked", what, id, acked.Load())
 		time.Sleep(700 * time.Millisecond)
 		procs[id].start(t)
+	}
+	// killTogether SIGKILLs several nodes in one go and restarts them
+	// 0.2 s later (the double fault of issue 14).
+	killTogether := func(what string, ids ...msg.NodeID) {
+		t.Helper()
+		killedAt = time.Now()
+		for _, id := range ids {
+			procs[id].kill()
+			kills++
+		}
+		t.Logf("SIGKILL %s (nodes %v) at %d acked", what, ids, acked.Load())
+		time.Sleep(200 * time.Millisecond)
+		for _, id := range ids {
+			procs[id].start(t)
+		}
+	}
+	// freshClient dials a new client right after a restart and times its
+	// first append, CheckTail and read (the availability target of issue
+	// 14 is 1 s for all three). The test fails only on a stall far beyond
+	// it (the 27 s stall the issue reports), as timing on a shared machine
+	// is not a verdict; the measured times are printed.
+	var probes []string
+	freshClient := func(what string) {
+		t.Helper()
+		start := time.Now()
+		fc, err := cmdlog.DialRemote(cmdlog.RemoteConfig{Peers: peers, Coordinator: co, ClientTLS: client, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fc.Close()
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer pcancel()
+		if err := fc.Append(pctx, []byte("probe after "+what)); err != nil {
+			t.Fatalf("fresh client after %s: append: %v (after %v)", what, err, time.Since(start))
+		}
+		tAppend := time.Since(start)
+		tail, err := fc.CheckTail(pctx)
+		if err != nil {
+			t.Fatalf("fresh client after %s: CheckTail: %v (after %v)", what, err, time.Since(start))
+		}
+		tTail := time.Since(start)
+		if _, err := fc.Read(pctx, tail, 1); err != nil {
+			t.Fatalf("fresh client after %s: read %d: %v (after %v)", what, tail, err, time.Since(start))
+		}
+		tRead := time.Since(start)
+		line := fmt.Sprintf("%s: append %v, CheckTail %v, read %v after the restart; %s", what,
+			tAppend.Round(time.Millisecond), tTail.Round(time.Millisecond), tRead.Round(time.Millisecond), resumed())
+		probes = append(probes, line)
+		t.Logf("fresh client after %s", line)
 	}
 
 	waitAcked(2000, "start")
@@ -221,14 +302,29 @@ func TestFaultsRealProcesses(t *testing.T) {
 		follower = v.Members[1]
 	}
 	killRestart(follower, "a sequencing follower")
+	freshClient("follower kill")
 	waitAcked(1000, "follower kill")
 	waitMembers(3, "follower restart")
 	killRestart(101, "a shard")
+	freshClient("shard kill")
 	waitAcked(1000, "shard kill")
 	v = waitMembers(3, "shard restart")
 	killRestart(v.Leader, "the sequencing leader")
+	freshClient("leader kill")
 	waitAcked(1000, "leader kill")
-	waitMembers(3, "leader restart")
+	v = waitMembers(3, "leader restart")
+	follower = v.Members[0]
+	if follower == v.Leader {
+		follower = v.Members[1]
+	}
+	killTogether("a sequencing follower and a shard", follower, 102)
+	freshClient("follower+shard kill")
+	waitAcked(1000, "follower+shard kill")
+	v = waitMembers(3, "follower+shard restart")
+	killTogether("the sequencing leader and a shard", v.Leader, 101)
+	freshClient("leader+shard kill")
+	waitAcked(1000, "leader+shard kill")
+	waitMembers(3, "leader+shard restart")
 	waitAcked(500, "recovery")
 	close(stop)
 	wg.Wait()
@@ -301,6 +397,9 @@ func TestFaultsRealProcesses(t *testing.T) {
 		kills, nAcked, lost, duplicated, tail, orderViolations)
 	fmt.Println(line)
 	t.Log(line)
+	for _, p := range probes {
+		fmt.Println("faults: fresh client after " + p)
+	}
 	if lost > 0 || duplicated > 0 || orderViolations > 0 {
 		t.Fatal(line)
 	}

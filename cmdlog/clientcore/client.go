@@ -24,6 +24,14 @@ type Config struct {
 	Layout   msg.Layout
 	// RetryTicks: unacknowledged requests are resent after this long.
 	RetryTicks int
+	// AppendRetryTicks is the least time before an append is resent to a
+	// replica that has not acknowledged it (default RetryTicks; the
+	// measured acknowledgement time raises it). Links are reliable
+	// streams and view changes are announced, so a resend only covers a
+	// message lost to a full queue or a reset link: a live client sets it
+	// well above the acknowledgement times it sees under load, where every
+	// spurious resend adds to the load.
+	AppendRetryTicks int
 	// MaxBatch caps records per Append message.
 	MaxBatch int
 	// MaxInflightBatches caps rounds of Append messages sent and not yet
@@ -31,6 +39,11 @@ type Config struct {
 	// and leave together in the next round: under load, fewer and larger
 	// messages instead of one round per append. Retries are not capped.
 	MaxInflightBatches int
+	// MaxInflightBytes caps the record bytes of those rounds (default 2
+	// MiB; a round always carries at least one record). Large records
+	// otherwise fill 16 rounds of 512 records each, tens of MiB queued on
+	// every replica's link, and each append waits behind all of them.
+	MaxInflightBytes int
 }
 
 // maxBatchBytes caps the record bytes of one Append message, well inside the
@@ -91,6 +104,44 @@ type pendingAppend struct {
 	round uint64
 }
 
+// round is one flush of Append messages still in flight.
+type round struct {
+	appends, bytes int
+}
+
+// recordCost is the bytes a record counts for in the message caps.
+func recordCost(data []byte) int { return len(data) + 32 }
+
+// rttEstimator keeps a smoothed round-trip time in ticks (Jacobson and
+// Karels, as TCP does).
+type rttEstimator struct {
+	srtt8, rttvar4 int64 // smoothed RTT x 8, mean deviation x 4
+	samples        int
+}
+
+func (e *rttEstimator) observe(sample int64) {
+	sample = max(sample, 1)
+	if e.samples == 0 {
+		e.srtt8, e.rttvar4 = sample<<3, sample<<1
+	} else {
+		d := sample - e.srtt8>>3
+		e.srtt8 += d
+		if d < 0 {
+			d = -d
+		}
+		e.rttvar4 += d - e.rttvar4>>2
+	}
+	e.samples++
+}
+
+// timeout is the retransmission timeout: srtt + 4 rttvar, at least floor.
+func (e *rttEstimator) timeout(floor int64) int64 {
+	if e.samples == 0 {
+		return floor
+	}
+	return max(floor, e.srtt8>>3+e.rttvar4)
+}
+
 type pendingRead struct {
 	req    msg.Read
 	shard  msg.NodeID
@@ -133,9 +184,14 @@ type Client struct {
 	// number but may have changed the members).
 	sweepOnAck bool
 	// rounds counts, per round of Append messages in flight in this
-	// view, its appends not yet complete; nextRound numbers rounds.
-	rounds    map[uint64]int
-	nextRound uint64
+	// view, its appends and bytes not yet complete; nextRound numbers
+	// rounds; inflightBytes sums their bytes.
+	rounds        map[uint64]round
+	nextRound     uint64
+	inflightBytes int
+	// rtt measures how long replicas take to acknowledge (first attempts
+	// only): retries wait for it rather than a fixed timeout.
+	rtt rttEstimator
 	// completing is scratch space for onAck.
 	completing []*pendingAppend
 	byID       map[uint64]*pendingAppend
@@ -157,6 +213,9 @@ func New(cfg Config) *Client {
 	if cfg.RetryTicks <= 0 {
 		cfg.RetryTicks = 8
 	}
+	if cfg.AppendRetryTicks <= 0 {
+		cfg.AppendRetryTicks = cfg.RetryTicks
+	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 512
 	}
@@ -164,10 +223,13 @@ func New(cfg Config) *Client {
 	if cfg.MaxInflightBatches <= 0 {
 		cfg.MaxInflightBatches = 16
 	}
+	if cfg.MaxInflightBytes <= 0 {
+		cfg.MaxInflightBytes = 2 << 20
+	}
 	c := &Client{
 		cfg:      cfg,
 		byID:     make(map[uint64]*pendingAppend),
-		rounds:   make(map[uint64]int),
+		rounds:   make(map[uint64]round),
 		reads:    make(map[uint64]*pendingRead),
 		wantView: true,
 	}
@@ -274,19 +336,26 @@ func (c *Client) requestView() {
 }
 
 func (c *Client) flushAppends() {
-	if c.viewRev == 0 || !c.view.Active() || len(c.rounds) >= c.cfg.MaxInflightBatches {
+	if c.viewRev == 0 || !c.view.Active() || len(c.rounds) >= c.cfg.MaxInflightBatches ||
+		(len(c.rounds) > 0 && c.inflightBytes >= c.cfg.MaxInflightBytes) {
 		return
 	}
 	c.nextRound++
-	round, n := c.nextRound, 0
+	rid, n, roundBytes := c.nextRound, 0, 0
 	var batch []msg.Record
 	bytes := 0
-	for _, p := range c.appends[c.firstUnsent:] {
+	stop := len(c.appends)
+	for i, p := range c.appends[c.firstUnsent:] {
 		if p.done || !p.unsent {
 			continue
 		}
+		if n > 0 && c.inflightBytes+roundBytes+recordCost(p.rec.Data) > c.cfg.MaxInflightBytes {
+			stop = c.firstUnsent + i // the rest waits for a round to complete
+			break
+		}
+		roundBytes += recordCost(p.rec.Data)
 		p.unsent = false
-		p.round = round
+		p.round = rid
 		n++
 		p.view = c.view.Number
 		p.acks = p.acks[:0]
@@ -307,9 +376,10 @@ func (c *Client) flushAppends() {
 		c.sendBatch(batch, c.view.Members)
 	}
 	if n > 0 {
-		c.rounds[round] = n
+		c.rounds[rid] = round{n, roundBytes}
+		c.inflightBytes += roundBytes
 	}
-	c.firstUnsent = len(c.appends)
+	c.firstUnsent = stop
 }
 
 func (c *Client) sendBatch(batch []msg.Record, to []msg.NodeID) {
@@ -322,6 +392,7 @@ func (c *Client) sendBatch(batch []msg.Record, to []msg.NodeID) {
 func (c *Client) Tick() {
 	c.now++
 	retry := int64(c.cfg.RetryTicks)
+	rto := c.rtt.timeout(int64(c.cfg.AppendRetryTicks))
 	if c.coordReq != 0 && c.now-c.coordAt > retry {
 		c.requestView()
 	}
@@ -330,7 +401,7 @@ func (c *Client) Tick() {
 	per := make(map[msg.NodeID][]msg.Record)
 	var order []msg.NodeID
 	for _, p := range c.appends {
-		if p.done || p.unsent || c.now-p.sentAt <= retry<<min(p.attempts-1, 4) {
+		if p.done || p.unsent || c.now-p.sentAt <= rto<<min(p.attempts-1, 4) {
 			continue // back off: replicas may just be slow, links are reliable
 		}
 		p.sentAt = c.now
@@ -389,6 +460,8 @@ func (c *Client) Step(env msg.Envelope) {
 	case msg.AppendAck:
 		c.onAck(env.From, m)
 	case msg.AppendReject:
+		// A refused append, or a replica telling us its view was sealed
+		// or a new one started: learn the view now.
 		c.wantView = true
 	case msg.ReadResp:
 		c.onRead(m)
@@ -465,11 +538,17 @@ func (c *Client) finish(p *pendingAppend) {
 		delete(c.byID, p.rec.ID.Seq)
 	}
 	c.doneCount++
-	if n, ok := c.rounds[p.round]; ok {
-		if n <= 1 {
+	if p.attempts == 1 {
+		c.rtt.observe(c.now - p.sentAt)
+	}
+	if rd, ok := c.rounds[p.round]; ok {
+		cost := recordCost(p.rec.Data)
+		c.inflightBytes -= cost
+		if rd.appends <= 1 {
+			c.inflightBytes -= rd.bytes - cost // what is left of the round
 			delete(c.rounds, p.round)
 		} else {
-			c.rounds[p.round] = n - 1
+			c.rounds[p.round] = round{rd.appends - 1, rd.bytes - cost}
 		}
 	}
 	c.complete(Completion{Kind: CompleteAppend, ID: p.rec.ID, View: c.view.Number})
@@ -563,10 +642,11 @@ func (c *Client) onView(m msg.CoordResp) {
 	}
 	c.coordReq = 0
 	if m.Rev == 0 || !m.View.Active() {
-		// No view yet, or a change under way: ask again after a while.
+		// No view yet, or a change under way: ask again at the next tick
+		// (a view change takes a few round trips; waiting RetryTicks
+		// would add that much to every client's recovery).
 		c.wantView = true
-		c.coordAt = c.now
-		c.coordReq = 0
+		c.coordAt = c.now - int64(c.cfg.RetryTicks)
 		c.nextReq++
 		// Delay the next poll by pretending one is outstanding.
 		c.coordReq = c.nextReq
@@ -593,6 +673,7 @@ func (c *Client) onView(m msg.CoordResp) {
 		}
 		c.firstUnsent = 0
 		clear(c.rounds)
+		c.inflightBytes = 0
 	}
 	for _, t := range c.tails {
 		if !t.sent {

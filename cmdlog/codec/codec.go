@@ -87,6 +87,26 @@ func Encode(dst []byte, m msg.Message) []byte {
 	return dst
 }
 
+// EncodeTo encodes m and hands the encoding to write (a frame writer, say)
+// without copying it out of the encoder first; the bytes are valid only
+// during the call. It returns write's error.
+func EncodeTo(m msg.Message, write func([]byte) error) error {
+	e := encoders.Get().(*encoder)
+	b := e.b
+	b.Reset()
+	typ, body := e.body(m)
+	fb.FrameStart(b)
+	fb.FrameAddBody(b, body)
+	fb.FrameAddBodyType(b, typ)
+	b.FinishWithFileIdentifier(fb.FrameEnd(b), frameIdent)
+	err := write(b.FinishedBytes())
+	if cap(b.Bytes) <= maxPooledBuilder && cap(e.offs) <= MaxItems {
+		e.offs = e.offs[:0]
+		encoders.Put(e)
+	}
+	return err
+}
+
 // body builds the union value for m and returns its type and offset.
 func (e *encoder) body(m msg.Message) (fb.Body, flatbuffers.UOffsetT) {
 	b := e.b

@@ -362,6 +362,10 @@ func TestRoundTripProperty(t *testing.T) {
 		if !equalMsg(got, m) {
 			t.Fatalf("got %+v\nwant %+v", got, m)
 		}
+		shared, err := DecodeShared(b[len(prefix):])
+		if err != nil || !equalMsg(shared, m) {
+			t.Fatalf("DecodeShared: got %+v, %v\nwant %+v", shared, err, m)
+		}
 	})
 }
 
@@ -439,6 +443,9 @@ func checkDecode(t testing.TB, b []byte) {
 		}
 	}()
 	m, err := Decode(b)
+	if sm, serr := DecodeShared(b); (serr == nil) != (err == nil) || (err == nil && !equalMsg(sm, m)) {
+		t.Fatalf("DecodeShared disagrees with Decode on %q: %+v, %v against %+v, %v", b, sm, serr, m, err)
+	}
 	if err != nil {
 		if !errors.Is(err, ErrMalformed) {
 			t.Fatalf("error %v does not wrap ErrMalformed", err)

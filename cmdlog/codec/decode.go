@@ -12,7 +12,16 @@ import (
 // Decode verifies b as a Frame and decodes its message. The message owns all
 // its memory (nothing aliases b). Errors wrap ErrMalformed; Decode never
 // panics, whatever b holds.
-func Decode(b []byte) (msg.Message, error) {
+func Decode(b []byte) (msg.Message, error) { return decode(b, false) }
+
+// DecodeShared is Decode without the copy of record data: the Data of
+// records and entries are sub-slices of b (each capped at its length), so
+// the caller hands b over and must never reuse or change it. A receiver
+// that reads each frame into a fresh buffer saves one copy of every
+// record this way.
+func DecodeShared(b []byte) (msg.Message, error) { return decode(b, true) }
+
+func decode(b []byte, share bool) (msg.Message, error) {
 	if len(b) > MaxMessageSize {
 		return nil, fmt.Errorf("codec: %d bytes exceeds MaxMessageSize %d: %w", len(b), MaxMessageSize, ErrMalformed)
 	}
@@ -25,19 +34,19 @@ func Decode(b []byte) (msg.Message, error) {
 	var t flatbuffers.Table
 	f.Body(&t)
 	typ := f.BodyType()
-	m, err := decodeBody(typ, t)
+	m, err := decodeBody(typ, t, share)
 	if err != nil {
 		return nil, fmt.Errorf("codec: %s: %w", msg.Kind(typ), err)
 	}
 	return m, nil
 }
 
-func decodeBody(typ fb.Body, t flatbuffers.Table) (msg.Message, error) {
+func decodeBody(typ fb.Body, t flatbuffers.Table, share bool) (msg.Message, error) {
 	switch typ {
 	case fb.BodyAppend:
 		var x fb.Append
 		x.Init(t.Bytes, t.Pos)
-		recs, err := decodeRecords(t)
+		recs, err := decodeRecords(t, share)
 		if err != nil {
 			return nil, err
 		}
@@ -65,7 +74,7 @@ func decodeBody(typ fb.Body, t flatbuffers.Table) (msg.Message, error) {
 	case fb.BodyStore:
 		var x fb.Store
 		x.Init(t.Bytes, t.Pos)
-		entries, err := decodeEntries(t, vtStoreEntries)
+		entries, err := decodeEntries(t, vtStoreEntries, share)
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +119,7 @@ func decodeBody(typ fb.Body, t flatbuffers.Table) (msg.Message, error) {
 	case fb.BodyReadResp:
 		var x fb.ReadResp
 		x.Init(t.Bytes, t.Pos)
-		entries, err := decodeEntries(t, vtReadRespEntries)
+		entries, err := decodeEntries(t, vtReadRespEntries, share)
 		if err != nil {
 			return nil, err
 		}
@@ -192,17 +201,32 @@ func checkItems(what string, n int) error {
 	return nil
 }
 
-// arena hands out sub-slices of one allocation for record data.
-type arena []byte
+// arena hands out sub-slices of one allocation for record data, or (shared)
+// capped sub-slices of the decoded buffer itself.
+type arena struct {
+	buf    []byte
+	shared bool
+}
 
-// take copies d into the arena and returns the copy, capped at its length.
+func newArena(total int, shared bool) arena {
+	if shared {
+		return arena{shared: true}
+	}
+	return arena{buf: make([]byte, total)}
+}
+
+// take returns d, copied into the arena unless shared, capped at its
+// length.
 func (a *arena) take(d []byte) []byte {
 	if len(d) == 0 {
 		return nil
 	}
-	n := copy(*a, d)
-	out := (*a)[:n:n]
-	*a = (*a)[n:]
+	if a.shared {
+		return d[:len(d):len(d)]
+	}
+	n := copy(a.buf, d)
+	out := a.buf[:n:n]
+	a.buf = a.buf[n:]
 	return out
 }
 
@@ -244,7 +268,7 @@ func vectorField(tab flatbuffers.Table, vt flatbuffers.VOffsetT) (flatbuffers.UO
 	return tab.Vector(o), tab.VectorLen(o)
 }
 
-func decodeRecords(tab flatbuffers.Table) ([]msg.Record, error) {
+func decodeRecords(tab flatbuffers.Table, share bool) ([]msg.Record, error) {
 	start, n := vectorField(tab, vtAppendRecords)
 	if n == 0 {
 		return nil, nil
@@ -262,7 +286,7 @@ func decodeRecords(tab flatbuffers.Table) ([]msg.Record, error) {
 		}
 		total += l
 	}
-	data := make(arena, total)
+	data := newArena(total, share)
 	recs := make([]msg.Record, n)
 	var id fb.RecordID
 	for i := range recs {
@@ -272,7 +296,7 @@ func decodeRecords(tab flatbuffers.Table) ([]msg.Record, error) {
 	return recs, nil
 }
 
-func decodeEntries(tab flatbuffers.Table, vt flatbuffers.VOffsetT) ([]msg.Entry, error) {
+func decodeEntries(tab flatbuffers.Table, vt flatbuffers.VOffsetT, share bool) ([]msg.Entry, error) {
 	start, n := vectorField(tab, vt)
 	if n == 0 {
 		return nil, nil
@@ -290,7 +314,7 @@ func decodeEntries(tab flatbuffers.Table, vt flatbuffers.VOffsetT) ([]msg.Entry,
 		}
 		total += l
 	}
-	data := make(arena, total)
+	data := newArena(total, share)
 	entries := make([]msg.Entry, n)
 	var id fb.RecordID
 	for i := range entries {

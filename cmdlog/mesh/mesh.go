@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +36,13 @@ const CodeBadMessage = transport.CodeFirstProtocolSpecific + 1
 
 // maxQueued bounds messages queued for one peer.
 const maxQueued = 1 << 16
+
+// sharedDecodeAbove is the frame size from which received frames keep
+// their own buffer and are decoded without copying their records.
+const sharedDecodeAbove = 4 << 10
+
+// maxPending bounds messages held for a peer while its link is dialled.
+const maxPending = 4096
 
 // Config configures a Mesh.
 type Config struct {
@@ -63,10 +71,15 @@ type Mesh struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	peers   map[msg.NodeID]string
-	links   map[msg.NodeID]*link
+	mu    sync.Mutex
+	peers map[msg.NodeID]string
+	links map[msg.NodeID]*link
+	// retired are links replaced by a newer one to the same peer, still
+	// read until their connection ends.
+	retired []*link
 	dialing map[msg.NodeID]time.Time
+	// pending holds messages for peers being dialled.
+	pending map[msg.NodeID][]msg.Message
 
 	dropped uint64
 }
@@ -105,15 +118,52 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Mesh{cfg: cfg, ep: ep, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		peers: make(map[msg.NodeID]string), links: make(map[msg.NodeID]*link), dialing: make(map[msg.NodeID]time.Time)}
+		peers: make(map[msg.NodeID]string), links: make(map[msg.NodeID]*link), dialing: make(map[msg.NodeID]time.Time),
+		pending: make(map[msg.NodeID][]msg.Message)}
 	for id, a := range cfg.Peers {
 		m.peers[id] = a
 	}
 	if cfg.ServerTLS != nil {
 		m.wg.Add(1)
 		go m.acceptLoop()
+		// A server node announces itself to every peer it knows: a peer
+		// that still holds a connection to this node's previous life
+		// (killed without closing it) would otherwise keep writing into
+		// it until the idle timeout, 30 s, as nothing else tells it that
+		// the connection is dead. Accepting our dial replaces its link.
+		for id := range cfg.Peers {
+			if id != cfg.Self && id < ClientIDBase {
+				m.wg.Add(1)
+				go m.announce(id)
+			}
+		}
 	}
 	return m, nil
+}
+
+// announce dials peer until a link to it exists (ours or its own),
+// retrying for a while when it is down (it dials us when it comes back).
+func (m *Mesh) announce(peer msg.NodeID) {
+	defer m.wg.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for range 20 {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		_, linked := m.links[peer]
+		if !linked {
+			m.dialLocked(peer)
+		}
+		m.mu.Unlock()
+		if linked {
+			return
+		}
+		t.Reset(250 * time.Millisecond)
+	}
 }
 
 // Addr returns the local UDP address.
@@ -141,6 +191,9 @@ func (m *Mesh) Close() error {
 	for _, l := range m.links {
 		l.close()
 	}
+	for _, l := range m.retired {
+		l.close()
+	}
 	m.mu.Unlock()
 	m.wg.Wait()
 	return err
@@ -155,7 +208,13 @@ func (m *Mesh) Send(env msg.Envelope) {
 	m.mu.Lock()
 	l := m.links[env.To]
 	if l == nil {
-		m.dropped++
+		// Hold the message for the link being dialled (a new client's
+		// first read would otherwise wait for a retry timeout).
+		if _, known := m.peers[env.To]; known && len(m.pending[env.To]) < maxPending {
+			m.pending[env.To] = append(m.pending[env.To], env.Msg)
+		} else {
+			m.dropped++
+		}
 		m.dialLocked(env.To)
 		m.mu.Unlock()
 		return
@@ -194,6 +253,8 @@ func (l *link) close() {
 func (m *Mesh) dialLocked(id msg.NodeID) {
 	addr, ok := m.peers[id]
 	if !ok || m.ctx.Err() != nil {
+		m.dropped += uint64(len(m.pending[id]))
+		delete(m.pending, id)
 		return
 	}
 	if t, busy := m.dialing[id]; busy && time.Since(t) < 200*time.Millisecond {
@@ -208,6 +269,12 @@ func (m *Mesh) dialLocked(id msg.NodeID) {
 		conn, err := m.ep.Dial(ctx, addr)
 		if err != nil {
 			m.log.Debug("mesh dial failed", "self", m.cfg.Self, "peer", id, "addr", addr, "err", err)
+			m.mu.Lock()
+			if m.links[id] == nil {
+				m.dropped += uint64(len(m.pending[id]))
+				delete(m.pending, id)
+			}
+			m.mu.Unlock()
 			return
 		}
 		st, err := conn.OpenStream(ctx)
@@ -259,8 +326,11 @@ func (m *Mesh) acceptLoop() {
 	}
 }
 
-// addLink installs a link (replacing an older one to the same peer) and
-// starts its reader and writer.
+// addLink installs a link (replacing an older one to the same peer for
+// sending) and starts its reader and writer. The older link is not closed:
+// it may be the one the peer sends on (both ends dialled at once), and it
+// ends by itself when its connection does (a dead peer's at the idle
+// timeout).
 func (m *Mesh) addLink(peer msg.NodeID, st *transport.Stream) {
 	l := &link{peer: peer, st: st, wake: make(chan struct{}, 1), closed: make(chan struct{})}
 	m.mu.Lock()
@@ -269,13 +339,17 @@ func (m *Mesh) addLink(peer msg.NodeID, st *transport.Stream) {
 		st.Close()
 		return
 	}
-	old := m.links[peer]
+	if old := m.links[peer]; old != nil {
+		m.retired = append(m.retired, old)
+	}
 	m.links[peer] = l
 	delete(m.dialing, peer)
-	m.mu.Unlock()
-	if old != nil {
-		old.close()
+	if p := m.pending[peer]; len(p) > 0 {
+		l.queue = append(l.queue, p...)
+		l.wake <- struct{}{}
 	}
+	delete(m.pending, peer)
+	m.mu.Unlock()
 	m.wg.Add(2)
 	go m.readLoop(l)
 	go m.writeLoop(l)
@@ -287,13 +361,20 @@ func (m *Mesh) removeLink(l *link) {
 	if m.links[l.peer] == l {
 		delete(m.links, l.peer)
 	}
+	if i := slices.Index(m.retired, l); i >= 0 {
+		m.retired = slices.Delete(m.retired, i, i+1)
+	}
 	m.mu.Unlock()
 }
 
 func (m *Mesh) readLoop(l *link) {
 	defer m.wg.Done()
 	defer m.removeLink(l)
-	buf := make([]byte, 0, 64<<10)
+	// Frames that fit buf are read into it and decoded with a copy of
+	// their few record bytes; larger ones (batches of records) get a
+	// buffer of their own, which the decoded message keeps: their records
+	// are not copied again.
+	buf := make([]byte, 0, sharedDecodeAbove)
 	for {
 		frame, err := l.st.ReadFrame(buf[:0])
 		if err != nil {
@@ -302,14 +383,15 @@ func (m *Mesh) readLoop(l *link) {
 			}
 			return
 		}
-		mm, err := codec.Decode(frame)
+		decode := codec.Decode
+		if cap(frame) > cap(buf) {
+			decode = codec.DecodeShared
+		}
+		mm, err := decode(frame)
 		if err != nil {
 			m.log.Warn("mesh: closing link after malformed message", "self", m.cfg.Self, "peer", l.peer, "err", err)
 			l.st.Conn().CloseWithCode(CodeBadMessage, "malformed message")
 			return
-		}
-		if cap(frame) > cap(buf) && cap(frame) <= 1<<20 {
-			buf = frame
 		}
 		m.cfg.Inbox.Deliver(msg.Envelope{From: l.peer, To: m.cfg.Self, Msg: mm})
 	}
@@ -319,7 +401,6 @@ func (m *Mesh) writeLoop(l *link) {
 	defer m.wg.Done()
 	defer m.removeLink(l)
 	var batch []msg.Message
-	var enc []byte
 	for {
 		select {
 		case <-l.closed:
@@ -332,8 +413,7 @@ func (m *Mesh) writeLoop(l *link) {
 		batch, l.queue = l.queue, batch[:0]
 		l.mu.Unlock()
 		for i, mm := range batch {
-			enc = codec.Encode(enc[:0], mm)
-			if err := l.st.BufferFrame(enc); err != nil {
+			if err := codec.EncodeTo(mm, l.st.BufferFrame); err != nil {
 				return
 			}
 			batch[i] = nil

@@ -63,27 +63,8 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 	log.Info("sequencing replica starting", "id", cfg.Core.ID, "durability", durabilityName(cfg.Core.Durability),
 		"last_started_view", r.LastStartedView(), "wal_ops", len(ops))
 	proxy := coordinatorProxy{c: cfg.Coordinator, timeout: 5 * time.Second, log: log}
-	ticker := time.NewTicker(cfg.Timing.tick())
-	defer ticker.Stop()
 	view, role := uint64(0), seq.RoleNone
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case env := <-cfg.Inbox:
-			r.Step(env)
-			for i := 1; i < maxStepsPerReady; i++ {
-				select {
-				case env = <-cfg.Inbox:
-					r.Step(env)
-					continue
-				default:
-				}
-				break
-			}
-		case <-ticker.C:
-			r.Tick()
-		}
+	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: r.Tick, Ready: func() error {
 		rd := r.Ready()
 		if len(rd.Persist) > 0 {
 			if err := cfg.WAL.Append(rd.Persist); err != nil {
@@ -107,7 +88,8 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 		if cfg.Observe != nil {
 			cfg.Observe(r)
 		}
-	}
+		return nil
+	}}.Run(ctx)
 }
 
 func durabilityName(d seq.Durability) string {

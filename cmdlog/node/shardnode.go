@@ -35,25 +35,7 @@ func RunShard(ctx context.Context, cfg ShardConfig) error {
 	log.Info("shard starting", "id", cfg.Core.ID, "epoch", m.Epoch, "stable_gp", m.StableGP, "trimmed", m.Trimmed)
 	// Shards have no timers; a slow tick only bounds how long an error
 	// can go unnoticed.
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case env := <-cfg.Inbox:
-			s.Step(env)
-			for i := 1; i < maxStepsPerReady; i++ {
-				select {
-				case env = <-cfg.Inbox:
-					s.Step(env)
-					continue
-				default:
-				}
-				break
-			}
-		case <-ticker.C:
-		}
+	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: time.Second, Step: s.Step, OnTick: func() {}, Ready: func() error {
 		rd := s.Ready()
 		if err := applyWrites(cfg.Storage, rd.Writes); err != nil {
 			return fmt.Errorf("shard %d: apply: %w", cfg.Core.ID, err)
@@ -70,16 +52,20 @@ func RunShard(ctx context.Context, cfg ShardConfig) error {
 		if cfg.Observe != nil {
 			cfg.Observe(s)
 		}
-	}
+		return nil
+	}}.Run(ctx)
 }
 
 // applyWrites makes a round's writes durable, in order: as one batch (one
 // sync) when the storage can, else one Apply each.
 func applyWrites(st shard.Storage, ws []shard.Writes) error {
-	switch {
-	case len(ws) == 0:
+	if len(ws) == 0 {
 		return nil
-	case len(ws) == 1:
+	}
+	if la, ok := st.(shard.LazyApplier); ok && allLazy(ws) {
+		return la.ApplyLazy(ws)
+	}
+	if len(ws) == 1 {
 		return st.Apply(ws[0])
 	}
 	if ba, ok := st.(shard.BatchApplier); ok {
@@ -91,4 +77,13 @@ func applyWrites(st shard.Storage, ws []shard.Writes) error {
 		}
 	}
 	return nil
+}
+
+func allLazy(ws []shard.Writes) bool {
+	for i := range ws {
+		if !ws[i].Lazy {
+			return false
+		}
+	}
+	return true
 }

@@ -222,9 +222,12 @@ func (s *Shard) onStable(m msg.StableGP) {
 		return
 	}
 	s.meta.StableGP = m.GP
+	// A raised epoch fences older writers and must be durable; a higher
+	// stable-gp alone need not be (nothing acknowledges it).
+	lazy := m.Epoch == s.meta.Epoch
 	s.meta.Epoch = m.Epoch
 	meta := s.meta
-	s.ready.Writes = append(s.ready.Writes, Writes{Meta: &meta})
+	s.ready.Writes = append(s.ready.Writes, Writes{Meta: &meta, Lazy: lazy})
 	kept := s.parked[:0]
 	for _, p := range s.parked {
 		if p.req.From <= s.meta.StableGP {

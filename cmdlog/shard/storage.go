@@ -26,6 +26,13 @@ type Writes struct {
 	TrimTo uint64
 	// Meta, when non-nil, replaces the stored Meta.
 	Meta *Meta
+	// Lazy marks writes that no message waits for (a stable-gp
+	// announcement, which nobody acknowledges): a driver may apply a round
+	// of only lazy writes without a sync (LazyApplier). They become
+	// durable with the next synced batch; a crash before it may lose them,
+	// and the shard then restarts with an older stable-gp (it serves less
+	// until the leader announces again, which it does every heartbeat).
+	Lazy bool
 }
 
 // Empty reports whether w changes nothing.
@@ -55,4 +62,11 @@ type Storage interface {
 // would, and make either all of it durable or none of it.
 type BatchApplier interface {
 	ApplyAll(ws []Writes) error
+}
+
+// LazyApplier is implemented by storages that can apply writes without
+// waiting for them to be durable (see Writes.Lazy). A later synced batch
+// makes them durable too (the storage's log is sequential).
+type LazyApplier interface {
+	ApplyLazy(ws []Writes) error
 }

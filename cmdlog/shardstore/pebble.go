@@ -315,6 +315,31 @@ func (p *Pebble) ApplyAll(ws []shard.Writes) error {
 
 var _ shard.BatchApplier = (*Pebble)(nil)
 
+// ApplyLazy writes ws as one batch without syncing it (shard.Writes.Lazy):
+// it becomes durable with the next synced batch.
+func (p *Pebble) ApplyLazy(ws []shard.Writes) error {
+	if err := p.acquire(); err != nil {
+		return fmt.Errorf("shardstore: apply: %w", err)
+	}
+	defer p.release()
+	b := p.db.NewBatch()
+	defer b.Close()
+	for i := range ws {
+		if err := fillBatch(b, &ws[i]); err != nil {
+			return fmt.Errorf("shardstore: apply: %w", err)
+		}
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := p.db.Apply(b, pebble.NoSync); err != nil {
+		return fmt.Errorf("shardstore: apply: %w", err)
+	}
+	return nil
+}
+
+var _ shard.LazyApplier = (*Pebble)(nil)
+
 func fillBatch(b *pebble.Batch, w *shard.Writes) error {
 	var val []byte
 	for _, e := range w.Puts {

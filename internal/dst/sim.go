@@ -129,7 +129,13 @@ type sim struct {
 	// event numbers order calls and returns for the linearizability check.
 	event int64
 
-	layout   msg.Layout
+	layout msg.Layout
+	// batchSteps: nodes often step several messages before their Ready,
+	// as the live drivers do (they step everything queued, then carry out
+	// one Ready); dirty lists the nodes with a Ready still to process.
+	batchSteps bool
+	dirty      []msg.NodeID
+
 	replicas []*replicaSlot
 	shards   []*shardSlot
 	clients  []*clientSlot
@@ -242,11 +248,14 @@ func (s *sim) replicaConfig(id msg.NodeID) seq.Config {
 		Durability:         s.opts.Durability,
 		BatchSize:          1 + s.rng.IntN(16),
 		MaxInflightBatches: 1 + s.rng.IntN(4),
-		Bugs:               s.opts.Bugs,
+		// Half the replicas order at once, the others wait 1 or 2 ticks.
+		OrderDelayTicks: []int{-1, -1, 1, 2}[s.rng.IntN(4)],
+		Bugs:            s.opts.Bugs,
 	}
 }
 
 func (s *sim) setup() {
+	s.batchSteps = s.rng.IntN(3) != 0
 	for i := range s.opts.Shards {
 		s.layout.Shards = append(s.layout.Shards, shardBase+msg.NodeID(i))
 	}
@@ -417,6 +426,7 @@ func (s *sim) injectFaults() {
 			victim.downUntil = s.now + int64(10+s.rng.IntN(150))
 			s.tracef("crash shard %d (keeps %d entries); restarts at t=%d", victim.id, len(victim.store.entries), victim.downUntil)
 			victim.core = nil
+			victim.store.crash()
 		}
 	}
 	if s.rng.IntN(700) == 0 {
@@ -467,6 +477,7 @@ func (s *sim) forcedFault() {
 			victim.downUntil = s.now + int64(10+s.rng.IntN(150))
 			s.tracef("crash shard %d (keeps %d entries); restarts at t=%d", victim.id, len(victim.store.entries), victim.downUntil)
 			victim.core = nil
+			victim.store.crash()
 		}
 	default:
 		n := s.replicas[s.rng.IntN(len(s.replicas))].id
@@ -516,6 +527,7 @@ func (s *sim) deliver() {
 	for {
 		env, ok := s.net.due(s.now)
 		if !ok {
+			s.processDirty()
 			return
 		}
 		if s.faultsOn && s.net.blocked(env, s.now) {
@@ -523,6 +535,38 @@ func (s *sim) deliver() {
 			continue
 		}
 		s.stepNode(env)
+	}
+}
+
+// deferReady reports whether the node just stepped keeps its Ready for
+// later (it is processed at the end of this tick's deliveries).
+func (s *sim) deferReady(id msg.NodeID) bool {
+	if !s.batchSteps || s.rng.IntN(2) == 0 {
+		return false
+	}
+	if !slices.Contains(s.dirty, id) {
+		s.dirty = append(s.dirty, id)
+	}
+	return true
+}
+
+// processDirty carries out the Ready of every node that deferred it.
+func (s *sim) processDirty() {
+	for len(s.dirty) > 0 {
+		id := s.dirty[0]
+		s.dirty = s.dirty[1:]
+		switch {
+		case id >= clientBase:
+			s.processClient(s.clients[id-clientBase])
+		case id >= shardBase:
+			if sh := s.shards[id-shardBase]; sh.core != nil {
+				s.processShard(sh)
+			}
+		default:
+			if r := s.replicas[id-replicaBase]; r.core != nil {
+				s.processReplica(r)
+			}
+		}
 	}
 }
 
@@ -538,21 +582,27 @@ func (s *sim) stepNode(env msg.Envelope) {
 	case env.To >= clientBase:
 		c := s.clients[env.To-clientBase]
 		c.core.Step(env)
-		s.processClient(c)
+		if !s.deferReady(env.To) {
+			s.processClient(c)
+		}
 	case env.To >= shardBase:
 		sh := s.shards[env.To-shardBase]
 		if sh.core == nil {
 			return
 		}
 		sh.core.Step(env)
-		s.processShard(sh)
+		if !s.deferReady(env.To) {
+			s.processShard(sh)
+		}
 	default:
 		r := s.replicas[env.To-replicaBase]
 		if r.core == nil {
 			return
 		}
 		r.core.Step(env)
-		s.processReplica(r)
+		if !s.deferReady(env.To) {
+			s.processReplica(r)
+		}
 	}
 }
 
@@ -630,9 +680,19 @@ func (s *sim) processReplica(r *replicaSlot) {
 
 func (s *sim) processShard(sh *shardSlot) {
 	rd := sh.core.Ready()
+	lazy := len(rd.Writes) > 0
 	for _, w := range rd.Writes {
-		if err := sh.store.Apply(w); err != nil {
-			s.violate("shard %d apply: %v", sh.id, err)
+		lazy = lazy && w.Lazy
+	}
+	if lazy {
+		// As the live driver does: a round of only lazy writes is not
+		// synced, and a crash may lose it.
+		sh.store.applyLazy(rd.Writes)
+	} else {
+		for _, w := range rd.Writes {
+			if err := sh.store.Apply(w); err != nil {
+				s.violate("shard %d apply: %v", sh.id, err)
+			}
 		}
 	}
 	for _, v := range sh.core.Violations() {

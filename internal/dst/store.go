@@ -11,6 +11,9 @@ import (
 type memStore struct {
 	entries map[uint64]msg.Entry
 	meta    shard.Meta
+	// durableMeta is the meta a crash keeps: lazy writes (stable-gp
+	// announcements) are lost unless a durable write followed them.
+	durableMeta shard.Meta
 	// onPut is called before each write, to check it against what
 	// clients have read.
 	check func(pos uint64, old msg.Entry, had bool, nw *msg.Entry)
@@ -74,5 +77,21 @@ func (s *memStore) Apply(w shard.Writes) error {
 	if w.Meta != nil {
 		s.meta = *w.Meta
 	}
+	s.durableMeta = s.meta
 	return nil
 }
+
+// applyLazy applies meta-only lazy writes, which a crash loses.
+func (s *memStore) applyLazy(ws []shard.Writes) {
+	for _, w := range ws {
+		if len(w.Puts) > 0 || w.HasDeleteAbove || w.TrimTo > 0 {
+			panic("dst: lazy shard writes change entries")
+		}
+		if w.Meta != nil {
+			s.meta = *w.Meta
+		}
+	}
+}
+
+// crash forgets what was not durable.
+func (s *memStore) crash() { s.meta = s.durableMeta }

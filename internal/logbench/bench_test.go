@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/anoptic/broadside/cmdlog/msg"
 )
 
 // BenchmarkAppend appends 100-byte records to each contender, closed loop,
@@ -28,12 +32,14 @@ func BenchmarkAppend(b *testing.B) {
 			}
 			defer sys.Close()
 			payload := make([]byte, 100)
-			for _, appenders := range []int{1, 64} {
+			for _, appenders := range []int{1, 64, 256} {
 				b.Run(fmt.Sprintf("appenders=%d", appenders), func(b *testing.B) {
 					closedLoop(ctx, sys, payload, appenders, 200, time.Minute, 10*time.Second) // warm up
 					var msgs0 int64
+					var kinds0 map[msg.Kind]int64
 					if l, ok := sys.(*lazylog); ok {
 						msgs0 = l.net.messages.Load()
+						kinds0 = l.net.KindCounts()
 					}
 					b.ResetTimer()
 					cpu0 := processCPU()
@@ -49,6 +55,16 @@ func BenchmarkAppend(b *testing.B) {
 						// Messages between nodes (client, replicas, shards),
 						// ordering included.
 						b.ReportMetric(float64(l.net.messages.Load()-msgs0)/float64(st.Ops), "msgs/op")
+						if testing.Verbose() {
+							var parts []string
+							for k, v := range l.net.KindCounts() {
+								if d := v - kinds0[k]; d > 0 {
+									parts = append(parts, fmt.Sprintf("%s %.3f", k, float64(d)/float64(st.Ops)))
+								}
+							}
+							slices.Sort(parts)
+							b.Logf("messages per append: %s", strings.Join(parts, ", "))
+						}
 					}
 				})
 			}

@@ -61,6 +61,8 @@ func Contenders() []Contender {
 			Start: func(ctx context.Context, env Env) (System, error) { return startCorfu(ctx, env, true) }},
 		{Name: "jetstream-r3", Describe: "NATS JetStream, 3-node embedded cluster, R3 memory stream, publish with ack (client on the stream leader)",
 			Start: startJetStream},
+		{Name: "jetstream-r3-sync", Describe: "NATS JetStream as above with an R3 file-storage stream, every write synced (sync_interval: always)",
+			Start: startJetStreamSync},
 		{Name: "quic-floor", Describe: "one round trip fanned out to 3 echo servers, one long-lived stream each (the floor of a 1-RTT append)",
 			Start: startQUICFloor},
 	}

@@ -29,8 +29,24 @@ type jetStream struct {
 	js      jetstream.JetStream
 }
 
-func startJetStream(ctx context.Context, env Env) (_ System, err error) {
-	cl, err := natscoord.StartCluster(3, env.Dir, natscoord.ClusterOptions{Name: "logbench", Sync: natscoord.SyncPeriodic})
+func startJetStream(ctx context.Context, env Env) (System, error) {
+	return startJetStreamStorage(ctx, env, false)
+}
+
+// startJetStreamSync is the durable peer a user would pick: the same
+// cluster with a file-storage stream and every server syncing each write
+// (sync_interval: always), so an acknowledged publish is on the disks of a
+// quorum.
+func startJetStreamSync(ctx context.Context, env Env) (System, error) {
+	return startJetStreamStorage(ctx, env, true)
+}
+
+func startJetStreamStorage(ctx context.Context, env Env, synced bool) (_ System, err error) {
+	sync, storage := natscoord.SyncPeriodic, jetstream.MemoryStorage
+	if synced {
+		sync, storage = natscoord.SyncAlways, jetstream.FileStorage
+	}
+	cl, err := natscoord.StartCluster(3, env.Dir, natscoord.ClusterOptions{Name: "logbench", Sync: sync})
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +66,7 @@ func startJetStream(ctx context.Context, env Env) (_ System, err error) {
 		return nil, err
 	}
 	st, err := ajs.CreateStream(ctx, jetstream.StreamConfig{
-		Name: jsStream, Subjects: []string{jsSubject}, Storage: jetstream.MemoryStorage, Replicas: 3,
+		Name: jsStream, Subjects: []string{jsSubject}, Storage: storage, Replicas: 3,
 		MaxBytes: jsMaxBytes, Discard: jetstream.DiscardOld,
 	})
 	if err != nil {

@@ -33,6 +33,8 @@ type lazylog struct {
 	acked  atomic.Int64
 	// lastDiag holds the counters at the last Diagnostics call.
 	lastDiag [5]int64
+	// lastViews is the StartView count at the last Diagnostics call.
+	lastViews int64
 }
 
 // countingNet counts what crosses the network, to tell the work an append
@@ -44,10 +46,26 @@ type countingNet struct {
 	appendMessages atomic.Int64
 	storeEntries   atomic.Int64 // entries in Store messages, all shards
 	messages       atomic.Int64
+	// byKind counts messages per kind (index msg.Kind).
+	byKind [32]atomic.Int64
+}
+
+// KindCounts returns the messages sent so far per kind.
+func (n *countingNet) KindCounts() map[msg.Kind]int64 {
+	out := map[msg.Kind]int64{}
+	for k := range n.byKind {
+		if v := n.byKind[k].Load(); v > 0 {
+			out[msg.Kind(k)] = v
+		}
+	}
+	return out
 }
 
 func (n *countingNet) Send(env msg.Envelope) {
 	n.messages.Add(1)
+	if k := int(env.Msg.Kind()); k < len(n.byKind) {
+		n.byKind[k].Add(1)
+	}
 	switch m := env.Msg.(type) {
 	case msg.Append:
 		n.appendRecords.Add(int64(len(m.Records)))
@@ -110,6 +128,7 @@ func startLazylog(ctx context.Context, env Env, fsync bool) (_ System, err error
 	if err := waitReady(ctx, l.client.Append); err != nil {
 		return nil, fmt.Errorf("lazylog: cluster not ready: %w", err)
 	}
+	l.lastViews = l.net.byKind[msg.KindStartView].Load() // the first view is no change
 	return l, nil
 }
 
@@ -153,8 +172,11 @@ func (l *lazylog) Diagnostics() string {
 	if acked == 0 {
 		return ""
 	}
-	return fmt.Sprintf("per acked append: %.2f records sent to replicas (3 = no resends), %.2f entries stored on shards (1 = no resends), %.2f messages of all kinds; %.1f records per Append message",
-		d[1]/acked, d[3]/acked, d[4]/acked, d[1]/max(d[2], 1))
+	views := l.net.byKind[msg.KindStartView].Load()
+	newViews := float64(views-l.lastViews) / 2 // a leader tells its 2 followers
+	l.lastViews = views
+	return fmt.Sprintf("per acked append: %.2f records sent to replicas (3 = no resends), %.2f entries stored on shards (1 = no resends), %.2f messages of all kinds; %.1f records per Append message; %.0f view changes",
+		d[1]/acked, d[3]/acked, d[4]/acked, d[1]/max(d[2], 1), newViews)
 }
 
 // Settle waits for ordering: CheckTail answers once every append completed

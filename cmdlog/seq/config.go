@@ -1,0 +1,149 @@
+package seq
+
+import (
+	"github.com/anoptic/broadside/cmdlog/msg"
+)
+
+// Durability selects when a replica acknowledges an append.
+type Durability uint8
+
+const (
+	// Memory acknowledges once the record is in the replica's memory (as in
+	// the LazyLog paper): an acknowledged append survives as long as one
+	// replica of the view that acknowledged it survives.
+	Memory Durability = iota
+	// Fsync acknowledges only after the record is in the replica's
+	// write-ahead log on disk (the driver syncs Ready.Persist before
+	// sending Ready.Messages): an acknowledged append survives the crash of
+	// every replica.
+	Fsync
+)
+
+// Config parameterises a Replica. Times are in ticks.
+type Config struct {
+	ID msg.NodeID
+	// Layout maps positions to shards.
+	Layout msg.Layout
+	// Durability selects memory or fsync acknowledgement.
+	Durability Durability
+	// BatchSize caps the records the leader orders in one batch.
+	BatchSize int
+	// MaxInflightBatches caps ordering batches in flight (pipelining).
+	MaxInflightBatches int
+	// OrderDelayTicks lets the leader wait up to this many ticks for more
+	// records before it orders a batch smaller than BatchSize (0: order at
+	// once). Appends do not wait for ordering, reads of the newest records
+	// do: a tick of delay turns a round per append at low load (a Store and
+	// its sync on a shard, a GC and its sync on every follower in fsync
+	// durability) into a round per tick. A parked CheckTail orders at once.
+	// 0 means the default: 1 tick in fsync durability (measured: half the
+	// messages and CPU per append at one appender), none in memory
+	// durability (the shards' syncs already batch its rounds); negative
+	// orders at once.
+	OrderDelayTicks int
+	// HeartbeatTicks is the leader's heartbeat interval.
+	HeartbeatTicks int
+	// SuspectTicks: a peer silent this long is considered failed.
+	SuspectTicks int
+	// RetryTicks: unacknowledged messages are resent after this long.
+	RetryTicks int
+	// TakeoverTicks: a view change that made no visible progress this long
+	// may be taken over by another surviving replica.
+	TakeoverTicks int
+	// Bugs injects known protocol bugs, to prove that the simulator's
+	// checker catches them. Never set outside tests.
+	Bugs Bugs
+}
+
+// Bugs are deliberately wrong behaviours for checker validation.
+type Bugs struct {
+	// StableBeforeFollowerGC advances stable-gp as soon as shards acked a
+	// batch, without waiting for followers to GC it.
+	StableBeforeFollowerGC bool
+	// ForgetDedup starts every view with empty deduplication state, so a
+	// client's retry in the new view is stored a second time.
+	ForgetDedup bool
+	// FlushOnlyUnordered makes a view-change flush write only the unordered
+	// log, not the ordered-but-unstable records, so it cannot repair what
+	// an abandoned flush wrote.
+	FlushOnlyUnordered bool
+}
+
+func (c *Config) applyDefaults() {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 256
+	}
+	c.BatchSize = min(c.BatchSize, maxMessageEntries)
+	if c.MaxInflightBatches <= 0 {
+		c.MaxInflightBatches = 4
+	}
+	if c.OrderDelayTicks == 0 && c.Durability == Fsync {
+		c.OrderDelayTicks = 1
+	}
+	if c.HeartbeatTicks <= 0 {
+		c.HeartbeatTicks = 2
+	}
+	if c.SuspectTicks <= 0 {
+		c.SuspectTicks = 20
+	}
+	if c.RetryTicks <= 0 {
+		c.RetryTicks = 4
+	}
+	if c.TakeoverTicks <= 0 {
+		c.TakeoverTicks = 3 * c.SuspectTicks
+	}
+}
+
+// PersistKind tags a write-ahead log operation.
+type PersistKind uint8
+
+const (
+	// PersistStartView: the replica started view View.Number. Persisted in
+	// every durability mode, so that a replica that lost its memory never
+	// rejoins a view it already served.
+	PersistStartView PersistKind = iota + 1
+	// PersistRecords: records appended to the unordered log (fsync mode).
+	PersistRecords
+	// PersistGC: a GC applied by a follower or the leader (fsync mode).
+	PersistGC
+	// PersistSeal: the current view was sealed (fsync mode).
+	PersistSeal
+)
+
+// PersistOp is one write-ahead log operation.
+type PersistOp struct {
+	Kind    PersistKind
+	View    msg.ViewRecord // PersistStartView
+	Records []msg.Record   // PersistRecords
+	GC      msg.GC         // PersistGC
+}
+
+// Ready is the work a Replica asks its driver to do: make Persist durable,
+// then send Messages.
+type Ready struct {
+	Persist  []PersistOp
+	Messages []msg.Envelope
+}
+
+// Role is what a replica does in its view.
+type Role uint8
+
+const (
+	// RoleNone: the replica serves no view (new, restarted after losing
+	// memory, or removed from the view).
+	RoleNone Role = iota
+	// RoleFollower: a member of the active view.
+	RoleFollower
+	// RoleLeader: the member that orders the view's records.
+	RoleLeader
+)
+
+func (r Role) String() string {
+	switch r {
+	case RoleFollower:
+		return "follower"
+	case RoleLeader:
+		return "leader"
+	}
+	return "none"
+}

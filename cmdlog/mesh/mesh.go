@@ -41,6 +41,16 @@ const maxQueued = 1 << 16
 // their own buffer and are decoded without copying their records.
 const sharedDecodeAbove = 4 << 10
 
+// linkIdleTimeout closes a connection that received nothing, keep-alives
+// included, for this long. A peer killed without closing its connections
+// (SIGKILL) is only noticed this way when it does not come back on its own
+// (server nodes announce themselves when they restart; clients have no
+// address to be dialled at), and until then whatever is sent to it is
+// lost: a client's appends to a restarted replica stalled for the 30 s of
+// quic-go's default. Keep-alives every linkIdleTimeout/5 keep a quiet live
+// link open.
+const linkIdleTimeout = 1500 * time.Millisecond
+
 // maxPending bounds messages held for a peer while its link is dialled.
 const maxPending = 4096
 
@@ -104,8 +114,8 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	ep, err := transport.NewEndpoint(transport.Config{
 		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS,
-		ALPN: []string{ALPN}, MaxFrameSize: codec.MaxMessageSize, IdleTimeout: 30 * time.Second,
-		KeepAlivePeriod: 5 * time.Second, Logger: cfg.Logger,
+		ALPN: []string{ALPN}, MaxFrameSize: codec.MaxMessageSize, IdleTimeout: linkIdleTimeout,
+		KeepAlivePeriod: linkIdleTimeout / 5, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mesh %d: %w", cfg.Self, err)

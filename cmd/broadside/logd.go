@@ -114,7 +114,12 @@ data under --data/nats) that the other nodes use as --coord.`,
 			serveAdmin(ctx, metricsAddr, reg, log, nil)
 
 			inbox := node.NewInbox()
-			m, err := mesh.New(mesh.Config{Self: self, ListenAddr: listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log})
+			resetKey, err := mesh.LoadOrCreateResetKey(filepath.Join(dataDir, "quic-reset-key"))
+			if err != nil {
+				return err
+			}
+			m, err := mesh.New(mesh.Config{Self: self, ListenAddr: listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log,
+				StatelessResetKey: resetKey})
 			if err != nil {
 				return err
 			}

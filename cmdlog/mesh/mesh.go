@@ -26,6 +26,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/quic-go/quic-go"
 )
 
 // ALPN is the application protocol of cmdlog links.
@@ -70,6 +71,13 @@ type Config struct {
 	// Inbox receives the messages addressed to Self.
 	Inbox  node.Inbox
 	Logger *slog.Logger
+	// StatelessResetKey, if set and the same across restarts of this
+	// node (LoadOrCreateResetKey), lets the node answer packets of its
+	// previous life's connections with a QUIC stateless reset: a peer
+	// that cannot be told otherwise (a client, which has no address to be
+	// dialled at) learns at once that its connection is dead, instead of
+	// at the idle timeout.
+	StatelessResetKey *quic.StatelessResetKey
 }
 
 // Mesh is one node's set of links.
@@ -115,7 +123,7 @@ func New(cfg Config) (*Mesh, error) {
 	ep, err := transport.NewEndpoint(transport.Config{
 		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS,
 		ALPN: []string{ALPN}, MaxFrameSize: codec.MaxMessageSize, IdleTimeout: linkIdleTimeout,
-		KeepAlivePeriod: linkIdleTimeout / 5, Logger: cfg.Logger,
+		KeepAlivePeriod: linkIdleTimeout / 5, Logger: cfg.Logger, StatelessResetKey: cfg.StatelessResetKey,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mesh %d: %w", cfg.Self, err)
@@ -360,6 +368,8 @@ func (m *Mesh) addLink(peer msg.NodeID, st *transport.Stream) {
 	}
 	delete(m.pending, peer)
 	m.mu.Unlock()
+	// Tell the local node: what it sent on the previous link may be lost.
+	m.cfg.Inbox.Deliver(msg.Envelope{From: peer, To: m.cfg.Self, Msg: msg.LinkUp{}})
 	m.wg.Add(2)
 	go m.readLoop(l)
 	go m.writeLoop(l)

@@ -137,7 +137,15 @@ func runLogd(ctx context.Context, o logdFlags) error {
 	serveAdmin(ctx, o.metricsAddr, reg, log, nil)
 
 	inbox := node.NewInbox()
-	m, err := mesh.New(mesh.Config{Self: self, ListenAddr: o.listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log})
+	// A node answers its previous life's connections with a stateless
+	// reset (the key stays in its data directory), so peers notice a
+	// restart at once instead of at their idle timeout.
+	resetKey, err := mesh.LoadOrCreateResetKey(filepath.Join(o.dataDir, "quic-reset-key"))
+	if err != nil {
+		return err
+	}
+	m, err := mesh.New(mesh.Config{Self: self, ListenAddr: o.listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log,
+		StatelessResetKey: resetKey})
 	if err != nil {
 		return err
 	}

@@ -471,6 +471,8 @@ func (c *Client) Step(env msg.Envelope) {
 		c.onTrim(env.From, m)
 	case msg.CoordResp:
 		c.onView(m)
+	case msg.LinkUp:
+		c.onLinkUp(env.From)
 	}
 }
 
@@ -678,6 +680,30 @@ func (c *Client) onView(m msg.CoordResp) {
 	for _, t := range c.tails {
 		if !t.sent {
 			c.sendTail(t)
+		}
+	}
+}
+
+// onLinkUp makes the client resend at its next tick what it waits for from
+// a node with a new link: appends it has not acknowledged, reads from it,
+// tail queries to it.
+func (c *Client) onLinkUp(peer msg.NodeID) {
+	const long = 1 << 30
+	if c.view.HasMember(peer) {
+		for _, p := range c.appends {
+			if !p.done && !p.unsent && !slices.Contains(p.acks, peer) {
+				p.sentAt = c.now - long
+			}
+		}
+	}
+	for _, r := range c.reads {
+		if r.shard == peer {
+			r.sentAt = c.now - long
+		}
+	}
+	if peer == c.view.Leader {
+		for _, t := range c.tails {
+			t.sentAt = c.now - long
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"log/slog"
 	"sync"
@@ -23,6 +24,9 @@ type Group struct {
 	mu             sync.Mutex
 	meshes         map[msg.NodeID]*Mesh
 	addrs          map[msg.NodeID]string
+	// resetSecret derives each server node's stateless reset key, the
+	// same across its restarts in this group.
+	resetSecret [32]byte
 }
 
 // NewGroup returns an empty group whose links use the given TLS configs.
@@ -30,7 +34,9 @@ func NewGroup(server, client *tls.Config, log *slog.Logger) *Group {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Group{server: server, client: client, log: log, meshes: map[msg.NodeID]*Mesh{}, addrs: map[msg.NodeID]string{}}
+	g := &Group{server: server, client: client, log: log, meshes: map[msg.NodeID]*Mesh{}, addrs: map[msg.NodeID]string{}}
+	rand.Read(g.resetSecret[:])
+	return g
 }
 
 // Register starts a mesh for id delivering to in (replacing an earlier one).
@@ -39,6 +45,7 @@ func (g *Group) Register(id msg.NodeID, in node.Inbox) {
 	cfg := Config{Self: id, ListenAddr: "127.0.0.1:0", ClientTLS: g.client, Inbox: in, Logger: g.log}
 	if id < ClientIDBase {
 		cfg.ServerTLS = g.server
+		cfg.StatelessResetKey = deriveResetKey(g.resetSecret, id)
 	}
 	g.mu.Lock()
 	cfg.Peers = make(map[msg.NodeID]string, len(g.addrs))

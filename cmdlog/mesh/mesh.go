@@ -26,6 +26,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/quic-go/quic-go"
 )
 
 // ALPN is the application protocol of cmdlog links.
@@ -40,6 +41,16 @@ const maxQueued = 1 << 16
 // sharedDecodeAbove is the frame size from which received frames keep
 // their own buffer and are decoded without copying their records.
 const sharedDecodeAbove = 4 << 10
+
+// linkIdleTimeout closes a connection that received nothing, keep-alives
+// included, for this long. A peer killed without closing its connections
+// (SIGKILL) is only noticed this way when it does not come back on its own
+// (server nodes announce themselves when they restart; clients have no
+// address to be dialled at), and until then whatever is sent to it is
+// lost: a client's appends to a restarted replica stalled for the 30 s of
+// quic-go's default. Keep-alives every linkIdleTimeout/5 keep a quiet live
+// link open.
+const linkIdleTimeout = 1500 * time.Millisecond
 
 // maxPending bounds messages held for a peer while its link is dialled.
 const maxPending = 4096
@@ -60,6 +71,13 @@ type Config struct {
 	// Inbox receives the messages addressed to Self.
 	Inbox  node.Inbox
 	Logger *slog.Logger
+	// StatelessResetKey, if set and the same across restarts of this
+	// node (LoadOrCreateResetKey), lets the node answer packets of its
+	// previous life's connections with a QUIC stateless reset: a peer
+	// that cannot be told otherwise (a client, which has no address to be
+	// dialled at) learns at once that its connection is dead, instead of
+	// at the idle timeout.
+	StatelessResetKey *quic.StatelessResetKey
 }
 
 // Mesh is one node's set of links.
@@ -104,8 +122,8 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	ep, err := transport.NewEndpoint(transport.Config{
 		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS,
-		ALPN: []string{ALPN}, MaxFrameSize: codec.MaxMessageSize, IdleTimeout: 30 * time.Second,
-		KeepAlivePeriod: 5 * time.Second, Logger: cfg.Logger,
+		ALPN: []string{ALPN}, MaxFrameSize: codec.MaxMessageSize, IdleTimeout: linkIdleTimeout,
+		KeepAlivePeriod: linkIdleTimeout / 5, Logger: cfg.Logger, StatelessResetKey: cfg.StatelessResetKey,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mesh %d: %w", cfg.Self, err)
@@ -350,6 +368,8 @@ func (m *Mesh) addLink(peer msg.NodeID, st *transport.Stream) {
 	}
 	delete(m.pending, peer)
 	m.mu.Unlock()
+	// Tell the local node: what it sent on the previous link may be lost.
+	m.cfg.Inbox.Deliver(msg.Envelope{From: peer, To: m.cfg.Self, Msg: msg.LinkUp{}})
 	m.wg.Add(2)
 	go m.readLoop(l)
 	go m.writeLoop(l)

@@ -87,6 +87,10 @@ const (
 	kindEnd
 )
 
+// KindLinkUp is the kind of LinkUp, which never goes on the wire (Valid
+// reports false for it).
+const KindLinkUp Kind = 0xFF
+
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool { return k >= KindAppend && k < kindEnd }
 
@@ -98,6 +102,9 @@ var kindNames = [...]string{"", "Append", "AppendAck", "AppendReject", "Store", 
 func (k Kind) String() string {
 	if k.Valid() {
 		return kindNames[k]
+	}
+	if k == KindLinkUp {
+		return "LinkUp"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -284,6 +291,14 @@ type Join struct {
 	LastStartedView uint64
 }
 
+// LinkUp is delivered by a node's own transport, never sent over the
+// network: a new link to the node in Envelope.From was just established
+// (it restarted, or the previous connection died). Whatever was in flight
+// to it may be lost, so a core resends what it still waits for from that
+// node now, instead of at its next retransmission timeout (which backs off
+// while the node is down).
+type LinkUp struct{}
+
 // CoordGet reads the view record.
 type CoordGet struct {
 	ReqID uint64
@@ -396,6 +411,7 @@ func (Join) Kind() Kind         { return KindJoin }
 func (CoordGet) Kind() Kind     { return KindCoordGet }
 func (CoordCAS) Kind() Kind     { return KindCoordCAS }
 func (CoordResp) Kind() Kind    { return KindCoordResp }
+func (LinkUp) Kind() Kind       { return KindLinkUp }
 
 // Layout maps log positions to shards: positions are striped across Shards
 // in runs of StripeUnit consecutive positions. Positions start at 1.

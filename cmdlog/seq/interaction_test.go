@@ -25,6 +25,7 @@ package seq_test
 //	restart id=X                         a crashed replica comes back empty (memory) or from its WAL (fsync)
 //	queue                                print the queued messages
 //	state                                print every replica, shard and the coordinator's record
+//	wal id=X                             print what replica X persisted
 
 import (
 	"fmt"
@@ -132,6 +133,27 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "state":
 		h.state()
+	case "wal":
+		r := h.replica(msg.NodeID(intArg(t, d, "id", 0)))
+		if r == nil {
+			t.Fatalf("wal: no replica")
+		}
+		for _, op := range r.wal {
+			switch op.Kind {
+			case seq.PersistStartView:
+				fmt.Fprintf(&h.out, "start-view %d\n", op.View.Number)
+			case seq.PersistRecords:
+				var rs []msg.RecordID
+				for _, rec := range op.Records {
+					rs = append(rs, rec.ID)
+				}
+				fmt.Fprintf(&h.out, "records %s\n", ids(rs))
+			case seq.PersistGC:
+				fmt.Fprintf(&h.out, "gc %d..%d %s\n", op.GC.FromGP, op.GC.ToGP, ids(op.GC.IDs))
+			case seq.PersistSeal:
+				fmt.Fprintf(&h.out, "seal\n")
+			}
+		}
 	default:
 		t.Fatalf("unknown command %q", d.Cmd)
 	}

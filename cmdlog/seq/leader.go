@@ -399,3 +399,19 @@ func (r *Replica) sendMergedGC(bs []*batch) {
 		bs = bs[n:]
 	}
 }
+
+// onLinkUp makes the leader resend at its next tick what it waits for from
+// a peer with a new link (a shard's Store acks, a follower's GC acks), with
+// the retransmission backoff reset.
+func (r *Replica) onLinkUp(peer msg.NodeID) {
+	if r.role != RoleLeader || r.sealed {
+		return
+	}
+	for _, b := range r.batches {
+		acked, waiting := b.shards[peer]
+		if (!b.stored && waiting && !acked) || (b.gcSent && r.view.HasMember(peer) && !b.gcAcks[peer]) {
+			b.lastSent = r.now - 1<<30
+			b.resends = 0
+		}
+	}
+}

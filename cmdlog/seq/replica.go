@@ -270,6 +270,8 @@ func (r *Replica) Step(env msg.Envelope) {
 		r.onJoin(env.From, m)
 	case msg.CoordResp:
 		r.onCoordResp(m)
+	case msg.LinkUp:
+		r.onLinkUp(env.From)
 	}
 }
 

@@ -511,12 +511,34 @@ func (s *sim) restartDue() {
 				r.core = seq.New(cfg, r.lastStartedView)
 			}
 			s.tracef("restart replica %d (last started view %d, memory lost=%v)", r.id, r.lastStartedView, s.opts.Durability == seq.Memory)
+			s.announce(r.id)
 		}
 	}
 	for _, sh := range s.shards {
 		if sh.core == nil && sh.downUntil <= s.now {
 			sh.core = s.newShard(sh)
 			s.tracef("restart shard %d (epoch %d, stable-gp %d)", sh.id, sh.store.meta.Epoch, sh.store.meta.StableGP)
+			s.announce(sh.id)
+		}
+	}
+}
+
+// announce tells every other node that id has a new link, as the live
+// mesh does when a restarted node dials its peers (msg.LinkUp).
+func (s *sim) announce(id msg.NodeID) {
+	var all []msg.NodeID
+	for _, r := range s.replicas {
+		all = append(all, r.id)
+	}
+	for _, sh := range s.shards {
+		all = append(all, sh.id)
+	}
+	for _, c := range s.clients {
+		all = append(all, c.id)
+	}
+	for _, to := range all {
+		if to != id {
+			s.net.send(msg.Envelope{From: id, To: to, Msg: msg.LinkUp{}}, s.now, false)
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkAppend appends 100-byte records to each contender, closed loop,
-// with 1 and 64 concurrent appenders, reporting p50, p99 and the process's
+// with 1, 64 and 256 concurrent appenders, reporting p50, p99 and the process's
 // CPU time per append. It is the entry point for profiles of one contender:
 //
 //	go test -run '^$' -bench 'Append/lazylog-memory/appenders=1$' -benchtime 5000x \

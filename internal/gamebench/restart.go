@@ -2,6 +2,7 @@ package gamebench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -59,6 +60,8 @@ type restartLength struct {
 	WorldByte int64  // on disk, world/ (snapshots, lineage)
 	BuildTime time.Duration
 	Samples   []restartSample
+	// Err says why a restart failed (the samples before it are kept).
+	Err string
 }
 
 // RunRestart builds matches of each length in the fsync durability (the
@@ -81,18 +84,28 @@ func RunRestart(ctx context.Context, cfg RestartConfig, out io.Writer) error {
 	load := startLoadMeter()
 	started := time.Now()
 	var results []restartLength
+	var errs []error
 	for _, minutes := range cfg.Minutes {
 		r, err := runRestartLength(ctx, cfg, minutes)
 		if err != nil {
-			return fmt.Errorf("%g-minute match: %w", minutes, err)
+			// Keep what was measured; the table says what failed.
+			r.Err = err.Error()
+			errs = append(errs, fmt.Errorf("%g-minute match: %w", minutes, err))
+			fmt.Fprintf(cfg.Progress, "restart: %g-minute match: %v\n", minutes, err)
 		}
 		results = append(results, r)
+		if ctx.Err() != nil {
+			break
+		}
 	}
 	busy := load.stop()
 	fmt.Fprintf(out, "machine: %s\nrun: %s, %s; %s\n", logbench.MachineDescription(), started.UTC().Format(time.RFC3339),
 		time.Since(started).Round(time.Second), busy)
 	writeRestartTable(out, cfg, results)
-	return cfg.writeJSON(restartJSON(cfg, results))
+	if err := cfg.writeJSON(restartJSON(cfg, results)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 func runRestartLength(ctx context.Context, cfg RestartConfig, minutes float64) (restartLength, error) {
@@ -314,12 +327,22 @@ func writeRestartTable(out io.Writer, cfg RestartConfig, results []restartLength
 		if i == 0 {
 			refTick, refAck = tick, ack
 		}
+		if len(r.Samples) == 0 {
+			fmt.Fprintf(tw, "%g min\t%d\t%d\t%s\t%s\tfailed: %s\t\t\t\t\t\t\t\n", r.Minutes, r.Ticks, r.Entries,
+				report.Bytes(float64(r.LogBytes)), report.Bytes(float64(r.WorldByte)), r.Err)
+			continue
+		}
 		fmt.Fprintf(tw, "%g min\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2fx\t%.2fx\t\n", r.Minutes, r.Ticks, r.Entries,
 			report.Bytes(float64(r.LogBytes)), report.Bytes(float64(r.WorldByte)),
 			cell(logOpenOf), cell(logReadyOf), cell(firstTickOf), cell(firstAckOf),
 			float64(tick)/float64(max(refTick, 1)), float64(ack)/float64(max(refAck, 1)))
 	}
 	tw.Flush()
+	for _, r := range results {
+		if r.Err != "" && len(r.Samples) > 0 {
+			fmt.Fprintf(out, "%g min: after %d restarts, %s\n", r.Minutes, len(r.Samples), r.Err)
+		}
+	}
 	fmt.Fprintf(out, "(log open: embedded.Start returned; log answers: its first tail check, after the replicas recovered from their\n")
 	fmt.Fprintf(out, " write-ahead logs and agreed on a view; first live tick: the first tick the reopened world appended is complete\n")
 	fmt.Fprintf(out, " in every sector; first ack: a reconnecting player's first command acknowledged durable)\n")
@@ -339,6 +362,7 @@ type restartLengthJSON struct {
 	FirstTickMed  float64   `json:"first_tick_ms_median"`
 	FirstAckMed   float64   `json:"first_ack_ms_median"`
 	DurabilityMod string    `json:"durability"`
+	Error         string    `json:"error,omitempty"`
 }
 
 func restartJSON(cfg RestartConfig, results []restartLength) any {
@@ -361,7 +385,7 @@ func restartJSON(cfg RestartConfig, results []restartLength) any {
 			LogBytes: r.LogBytes, WorldBytes: r.WorldByte, BuildSec: round1(r.BuildTime.Seconds()),
 			LogOpenMs: msOf(restartField(r, logOpenOf)), LogReadyMs: msOf(restartField(r, logReadyOf)),
 			FirstTickMs: msOf(restartField(r, firstTickOf)), FirstAckMs: msOf(restartField(r, firstAckOf)),
-			FirstTickMed: round1(report.Ms(tick)), FirstAckMed: round1(report.Ms(ack)), DurabilityMod: "fsync"})
+			FirstTickMed: round1(report.Ms(tick)), FirstAckMed: round1(report.Ms(ack)), DurabilityMod: "fsync", Error: r.Err})
 	}
 	return out
 }

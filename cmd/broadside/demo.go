@@ -29,13 +29,16 @@ func newDemoCmd() *cobra.Command {
   - --bots bots, each its own QUIC connection and token, playing from the state they receive.
 
 Mid-match it kills one sim shard (the supervisor restores it from its
-snapshots and replays the log while the other sectors keep running) and
+snapshots and replays the log while the other sectors keep running),
 crashes the command log's sequencing leader (the log changes view; the
-replica restarts later). At the end it drains the server, reads the whole
-log back to check that every acknowledged command is in it exactly once,
-re-simulates the whole log from scratch and compares every tick's state hash
-with the live run, and writes a recording for 'broadside replay' and the
-viewer.
+replica restarts later), then kills the whole server with no clean stop (no
+drain, no final snapshot) and reopens it from its data directory, reporting
+how long the restart took to tick and to acknowledge again (fsync durability
+only: a memory-durability log cannot resume, and the demo says so). At the
+end it drains the server, reads the whole log back to check that every
+acknowledged command is in it exactly once, re-simulates the whole log from
+scratch and compares every tick's state hash with the live run, before and
+after the kill, and writes a recording for 'broadside replay' and the viewer.
 
 'broadside demo log' and 'broadside demo dst' demonstrate the command log
 alone (real cluster, and the deterministic simulator).`,
@@ -68,7 +71,7 @@ alone (real cluster, and the deterministic simulator).`,
 	f.StringVar(&o.Dir, "dir", "", "working directory (default: a new temporary one; the data under it is removed, the recording kept)")
 	f.StringVar(&o.Recording, "recording", "", "where to write the recording (default: match.bsr in the working directory)")
 	f.StringVar(&durability, "durability", "fsync", durabilityUsage)
-	f.BoolVar(&o.NoFaults, "no-faults", false, "do not kill a sim shard or crash the sequencing leader")
+	f.BoolVar(&o.NoFaults, "no-faults", false, "do not kill a sim shard, crash the sequencing leader or kill the whole server")
 	cmd.AddCommand(newDemoLogCmd(), newDemoDSTCmd())
 	return cmd
 }

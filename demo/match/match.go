@@ -1,10 +1,11 @@
 // Package match is 'broadside demo': a whole Broadside match in one
 // process — an embedded command log cluster, a game server whose world is
 // split in sectors, bots playing from the state they receive — with faults
-// injected mid-match (a sim shard killed, the sequencing leader crashed)
+// injected mid-match (a sim shard killed, the sequencing leader crashed,
+// then the whole server killed with no clean stop and reopened from disk)
 // and checks at the end: every acknowledged command in the log exactly
-// once, the whole log re-simulated from scratch to the live run's hashes,
-// and a recording that verifies.
+// once, the whole log re-simulated from scratch to the live run's hashes
+// across the kill, and a recording that verifies.
 package match
 
 import (
@@ -17,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/embedded"
@@ -84,6 +86,47 @@ type Report struct {
 	DownBytesSec       float64   `json:"down_bytes_per_sec_per_client"`
 	Sunk               uint64    `json:"ships_sunk"`
 	BallsFired         uint64    `json:"balls_fired"`
+	// ServerKill is what the kill of the whole server showed.
+	ServerKill ServerKill `json:"server_kill"`
+}
+
+// ServerKill reports the kill of the whole server (log, game server and
+// world, with no clean stop) and its reopening from the data directory.
+type ServerKill struct {
+	// Done is false when the kill was skipped; Skipped then says why.
+	Done    bool   `json:"done"`
+	Skipped string `json:"skipped,omitempty"`
+	// TickBefore is the newest tick every sector had stepped when the
+	// server died; FirstLiveTick the first tick the reopened server
+	// appended and completed; TicksAfter the ticks completed after it.
+	TickBefore    uint64 `json:"tick_before"`
+	FirstLiveTick uint64 `json:"first_live_tick"`
+	TicksAfter    uint64 `json:"ticks_after"`
+	// AckedBefore counts the commands acknowledged durable before the
+	// kill (each is checked to be in the log exactly once).
+	AckedBefore int `json:"acked_before"`
+	// TeardownMs is how long the in-process kill took (closing what a
+	// crashed process's kernel would): not part of the restart.
+	TeardownMs float64 `json:"teardown_ms"`
+	// From the start of the reopening (a new process's start): the log
+	// open, the first tick completed by the reopened world, and the first
+	// command acknowledged durable to a reconnected bot.
+	LogOpenMs float64 `json:"log_open_ms"`
+	// LogReadyMs is when the reopened log first answered a tail check
+	// (its replicas recovered from their write-ahead logs and agreed on a
+	// view).
+	LogReadyMs  float64 `json:"log_ready_ms"`
+	FirstTickMs float64 `json:"first_tick_ms"`
+	FirstAckMs  float64 `json:"first_ack_ms"`
+	// ReplayChecked counts tick hashes that the reopened sectors replayed
+	// from their snapshots and the log and that were compared with the
+	// hashes the killed server had published; ReplayMismatched those that
+	// differed.
+	ReplayChecked    uint64 `json:"replay_checked"`
+	ReplayMismatched uint64 `json:"replay_mismatched"`
+	// BotsRestarted is true when the bots' run was started again after
+	// the restart (the bots of this build do not reconnect by themselves).
+	BotsRestarted bool `json:"bots_restarted"`
 }
 
 // victim is the sim shard the match kills.
@@ -98,17 +141,32 @@ type match struct {
 	log    *embedded.Cluster
 	ca     *transport.DevCA
 	secret []byte
-	srv    *server.Server
-	world  *world.World
+	// addr is the game server's address, kept across the restart.
+	addr  string
+	srv   *server.Server
+	world *world.World
 	// worldStopped is set once world stopped (its hashes stay readable).
 	worldStopped bool
-	rec          *world.Recording
-	recovered    chan replay.Recovery
-	served       chan error
-	stopServe    context.CancelFunc
+	// killed is the world the server kill abandoned (nil: none); its
+	// hashes cover the match up to the kill.
+	killed *world.World
+	// resumeTail is the log's tail when the reopened log first answered:
+	// the bots' first run's commands are at or below it, the second's
+	// above.
+	resumeTail uint64
+	// watchTick, if set, sees every tick the world publishes.
+	watchTick func(w *world.World, tick uint64)
+	rec       *world.Recording
+	recovered chan replay.Recovery
+	served    chan error
+	stopServe context.CancelFunc
 
 	ackMu sync.Mutex
-	acked map[[2]uint64]bool
+	acked map[[3]uint64]bool // (bots' run, player, client sequence)
+	// firstAck is closed at the first acknowledgement of the bots'
+	// second run.
+	firstAck     chan struct{}
+	firstAckOnce sync.Once
 }
 
 func (m *match) say(format string, a ...any) {
@@ -133,7 +191,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if o.Recording == "" {
 		o.Recording = filepath.Join(o.Dir, "match.bsr")
 	}
-	m := &match{o: o, start: time.Now(), acked: map[[2]uint64]bool{}, recovered: make(chan replay.Recovery, 16)}
+	m := &match{o: o, start: time.Now(), acked: map[[3]uint64]bool{}, recovered: make(chan replay.Recovery, 16), firstAck: make(chan struct{})}
 	m.conf = broadside.Config{Seed: o.Seed, Width: 3000, Height: 3000, SectorsX: 2, SectorsY: 2, Islands: 8}
 	if m.game, err = broadside.NewGame(m.conf, 0); err != nil {
 		return rep, err
@@ -168,38 +226,69 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	rep.AckP50ms, rep.AckP99ms = usMs(botRep.AckP50us), usMs(botRep.AckP99us)
 	rep.AppliedP99ms = usMs(botRep.AppliedP99us)
 	rep.DownBytesSec = botRep.DownBytesPerSec
+	if k := &rep.ServerKill; k.Done && final >= k.FirstLiveTick {
+		k.TicksAfter = final - k.FirstLiveTick + 1
+	}
 	m.summary(rep)
 	return rep, verdict(rep)
 }
 
 func usMs(us int64) float64 { return float64(us) / 1000 }
 
-// startServer starts the log, the game server, the world and the
-// recording.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// startServer creates the match's CA and token secret, then starts the
+// log, the game server, the world and the recording.
 func (m *match) startServer(ctx context.Context) error {
-	errLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	reg := prometheus.NewRegistry()
 	var err error
-	if m.log, err = embedded.Start(ctx, embedded.Options{Dir: filepath.Join(m.o.Dir, "data", "log"), Durability: m.o.Durability}); err != nil {
+	if m.ca, err = transport.NewDevCA(); err != nil {
+		return err
+	}
+	m.secret = make([]byte, 32)
+	rand.Read(m.secret)
+	if err := m.startLog(ctx); err != nil {
 		return err
 	}
 	v0, _, err := m.log.Coordinator().Get(ctx)
 	if err != nil {
 		return err
 	}
-	m.say("%s command log: %d sequencing replicas (leader %d), %d shards on loopback QUIC\n", m.at(), len(v0.Members), v0.Leader, len(m.log.Local().Layout().Shards))
-	if m.ca, err = transport.NewDevCA(); err != nil {
+	m.say("%s command log: %d sequencing replicas (leader %d), %d shards on loopback QUIC, %s durability\n", m.at(), len(v0.Members), v0.Leader,
+		len(m.log.Local().Layout().Shards), durabilityName(m.o.Durability))
+	if err := m.startGame(ctx, "127.0.0.1:0"); err != nil {
 		return err
 	}
+	m.say("%s game server on %s (QUIC, ALPN %s); world ticking at %d Hz; recording to %s\n", m.at(), m.srv.Addr(), wire.ALPN, broadside.TickRate, m.o.Recording)
+	return nil
+}
+
+func durabilityName(d seq.Durability) string {
+	if d == seq.Fsync {
+		return "fsync"
+	}
+	return "memory"
+}
+
+// startLog starts (or reopens) the embedded log on the match's data
+// directory.
+func (m *match) startLog(ctx context.Context) error {
+	var err error
+	m.log, err = embedded.Start(ctx, embedded.Options{Dir: filepath.Join(m.o.Dir, "data", "log"), Durability: m.o.Durability})
+	return err
+}
+
+// startGame starts (or reopens) the game server on addr, the world on the
+// match's data directory and the recording.
+func (m *match) startGame(ctx context.Context, addr string) error {
+	errLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	reg := prometheus.NewRegistry()
 	stls, err := m.ca.ServerTLS("localhost")
 	if err != nil {
 		return err
 	}
-	m.secret = make([]byte, 32)
-	rand.Read(m.secret)
 	frames := world.NewFrames(m.game.Shards, m.game.NewFrame)
-	m.srv, err = server.New(server.Config{
-		ListenAddr: "127.0.0.1:0", TLS: stls, Secret: m.secret, Log: m.log.Log(), Durability: server.DurabilityOf(m.o.Durability),
+	srv, err := server.New(server.Config{
+		ListenAddr: addr, TLS: stls, Secret: m.secret, Log: m.log.Log(), Durability: server.DurabilityOf(m.o.Durability),
 		Limits: server.IntakeLimits{Rate: rate.Limit(max(2*m.o.Rate, 60)), Burst: 60}, Logger: errLog, Registry: reg,
 		State: broadside.NewStateSource(frames), SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate,
 		Tick: frames.Latest, World: m.game.Config,
@@ -207,9 +296,18 @@ func (m *match) startServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	frames.OnApplied(m.srv.NoteApplied)
-	m.world, err = world.Start(ctx, world.Config{
-		Game: m.game, Dir: filepath.Join(m.o.Dir, "data", "world"), Log: m.log.World(), Frames: frames, OnFrame: m.srv.Publish,
+	m.srv, m.addr = srv, srv.Addr()
+	frames.OnApplied(srv.NoteApplied)
+	var running atomic.Pointer[world.World]
+	watch := m.watchTick
+	w, err := world.Start(ctx, world.Config{
+		Game: m.game, Dir: filepath.Join(m.o.Dir, "data", "world"), Log: m.log.World(), Frames: frames,
+		OnFrame: func(tick uint64) {
+			srv.Publish(tick)
+			if w := running.Load(); w != nil && watch != nil {
+				watch(w, tick)
+			}
+		},
 		HistoryTicks: int(m.o.Duration.Seconds()+60) * broadside.TickRate, Logger: errLog, Registry: reg,
 		// At most one capture a second, so that a recovery has log to
 		// replay (the default policy, tuned for a 200 ms recovery target,
@@ -225,11 +323,12 @@ func (m *match) startServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	running.Store(w)
+	m.world, m.worldStopped = w, false
 	m.rec = world.StartRecording(ctx, m.o.Recording, m.game, world.DefaultID, m.log.World(), bsr.RecordConfig{Logger: errLog})
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopServe, m.served = stopServe, make(chan error, 1)
-	go func() { m.served <- m.srv.Serve(serveCtx) }()
-	m.say("%s game server on %s (QUIC, ALPN %s); world ticking at %d Hz; recording to %s\n", m.at(), m.srv.Addr(), wire.ALPN, broadside.TickRate, m.o.Recording)
+	go func() { m.served <- srv.Serve(serveCtx) }()
 	return nil
 }
 
@@ -250,42 +349,109 @@ func (m *match) close() {
 	}
 }
 
-// play runs the bots and the faults until the match is over.
-func (m *match) play(ctx context.Context, rep *Report) (bots.Report, error) {
-	botsDone := make(chan struct{})
-	var botRep bots.Report
-	var botErr error
+// botRun is one run of the bots.
+type botRun struct {
+	rep    bots.Report
+	err    error
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startBots starts the bots' run number run (1, or 2 after the server's
+// restart) for d.
+func (m *match) startBots(ctx context.Context, run uint64, d time.Duration) *botRun {
+	bctx, cancel := context.WithCancel(ctx)
+	r := &botRun{cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer close(botsDone)
-		botRep, botErr = bots.Run(ctx, bots.Config{
-			Server: m.srv.Addr(), TLS: m.ca.ClientTLS(), Secret: m.secret, N: m.o.Bots, Rate: m.o.Rate, Duration: m.o.Duration,
-			Behaviour: bots.Captain, Seed: m.o.Seed,
+		defer close(r.done)
+		r.rep, r.err = bots.Run(bctx, bots.Config{
+			Server: m.addr, TLS: m.ca.ClientTLS(), Secret: m.secret, N: m.o.Bots, Rate: m.o.Rate, Duration: d,
+			Behaviour: bots.Captain, Seed: m.o.Seed + run - 1,
 			OnAck: func(player uint32, seq uint64, _ wire.AckStatus) {
 				m.ackMu.Lock()
-				m.acked[[2]uint64{uint64(player), seq}] = true
+				m.acked[[3]uint64{run, uint64(player), seq}] = true
 				m.ackMu.Unlock()
+				if run == 2 {
+					m.firstAckOnce.Do(func() { close(m.firstAck) })
+				}
 			},
 		})
 	}()
+	return r
+}
+
+// play runs the bots and the faults until the match is over: a sim shard
+// killed, the sequencing leader crashed and restarted, then the whole
+// server killed and reopened from disk (in fsync durability) with the
+// bots' run started again against it.
+func (m *match) play(ctx context.Context, rep *Report) (bots.Report, error) {
+	killAt := m.o.Duration * 2 / 3
+	switch {
+	case m.o.NoFaults:
+		rep.ServerKill.Skipped = "--no-faults"
+	case m.o.Durability != seq.Fsync:
+		rep.ServerKill.Skipped = "memory durability: the sequencing replicas' state dies with the process, so its data cannot resume (--durability fsync, the default, can)"
+	}
+	run1 := m.startBots(ctx, 1, m.o.Duration)
 	m.say("%s %d bots connecting, each sending %.0f commands/s\n", m.at(), m.o.Bots, m.o.Rate)
 	if !m.o.NoFaults {
 		if err := m.faults(ctx, rep); err != nil {
-			return botRep, err
+			run1.cancel()
+			<-run1.done
+			return run1.rep, err
 		}
 	}
-	<-botsDone
-	if botErr != nil {
-		return botRep, fmt.Errorf("bots: %w", botErr)
+	if rep.ServerKill.Skipped != "" {
+		if !m.o.NoFaults {
+			m.say("%s not killing the whole server: %s\n", m.at(), rep.ServerKill.Skipped)
+		}
+		<-run1.done
+		if run1.err != nil {
+			return run1.rep, fmt.Errorf("bots: %w", run1.err)
+		}
+		m.say("%s match over: %d commands sent, %d acknowledged %s, %d seen applied in state updates\n",
+			m.at(), run1.rep.Sent, run1.rep.Acked, run1.rep.AckStatus, run1.rep.Applied)
+		return run1.rep, nil
 	}
-	m.say("%s match over: %d commands sent, %d acknowledged %s, %d seen applied in state updates\n",
-		m.at(), botRep.Sent, botRep.Acked, botRep.AckStatus, botRep.Applied)
-	return botRep, nil
+	sleepCtx(ctx, time.Until(m.start.Add(killAt)))
+	m.killServer(rep, run1)
+	if run1.err != nil {
+		return run1.rep, fmt.Errorf("bots before the kill: %w", run1.err)
+	}
+	run2, err := m.reopen(ctx, rep, max(m.o.Duration-killAt, 2*time.Second))
+	if err != nil {
+		if run2 != nil {
+			run2.cancel()
+			<-run2.done
+		}
+		return run1.rep, err
+	}
+	<-run2.done
+	if run2.err != nil {
+		return run1.rep, fmt.Errorf("bots after the restart: %w", run2.err)
+	}
+	m.say("%s match over: %d commands sent, %d acknowledged %s, %d seen applied in state updates (both bot runs)\n",
+		m.at(), run1.rep.Sent+run2.rep.Sent, run1.rep.Acked+run2.rep.Acked, run1.rep.AckStatus, run1.rep.Applied+run2.rep.Applied)
+	return mergeRuns(run1.rep, run2.rep), nil
 }
 
-// faults kills a sim shard at a third of the match, and crashes the
-// sequencing leader at a half and restarts it at three quarters.
+// mergeRuns adds the counts of the bots' second run to the first; the
+// latencies and bandwidth stay the first run's (the uninterrupted play).
+func mergeRuns(a, b bots.Report) bots.Report {
+	a.Sent += b.Sent
+	a.Durable += b.Durable
+	a.Replicated += b.Replicated
+	a.Acked += b.Acked
+	a.Applied += b.Applied
+	a.RateLimited += b.RateLimited
+	a.Skipped += b.Skipped
+	return a
+}
+
+// faults kills a sim shard at a quarter of the match, and crashes the
+// sequencing leader at three eighths and restarts it at half.
 func (m *match) faults(ctx context.Context, rep *Report) error {
-	sleepCtx(ctx, m.o.Duration/3+time.Duration(m.o.Seed%20)*(time.Second/40))
+	sleepCtx(ctx, m.o.Duration/4+time.Duration(m.o.Seed%20)*(time.Second/40))
 	m.say("%s killing sim shard %d (sector %d) at tick %d; the other sectors keep running\n", m.at(), victim, victim, m.world.Tick())
 	m.world.Kill(victim)
 	select {
@@ -295,7 +461,7 @@ func (m *match) faults(ctx context.Context, rep *Report) error {
 	case <-time.After(10 * time.Second):
 		m.say("%s sector %d did not recover within 10 s\n", m.at(), victim)
 	}
-	sleepCtx(ctx, time.Until(m.start.Add(m.o.Duration/2)))
+	sleepCtx(ctx, time.Until(m.start.Add(m.o.Duration*3/8)))
 	co := m.log.Coordinator()
 	v, _, err := co.Get(ctx)
 	if err != nil {
@@ -313,10 +479,95 @@ func (m *match) faults(ctx context.Context, rep *Report) error {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	sleepCtx(ctx, time.Until(m.start.Add(m.o.Duration*3/4)))
+	sleepCtx(ctx, time.Until(m.start.Add(m.o.Duration/2)))
 	m.say("%s restarting replica %d\n", m.at(), v.Leader)
 	m.log.Local().StartNode(v.Leader)
 	return nil
+}
+
+// killServer kills the whole server as a crash would: the world stops
+// where it is (no final snapshot, lineage not flushed, its stores closed
+// with what they had synced), the log's nodes stop (the replicas' memory
+// is lost, their fsynced write-ahead logs stay), the game server's
+// endpoint closes every connection, the recording stops. The world goes
+// first so that its runners do not see the log die and start recoveries
+// a crashed process would never run. The bots' first run ends with its
+// connections.
+func (m *match) killServer(rep *Report, run1 *botRun) {
+	k := &rep.ServerKill
+	m.say("%s KILLING THE WHOLE SERVER at tick %d: log nodes, game server and world stop at once, no drain, no final snapshot\n", m.at(), m.world.Tick())
+	t0 := time.Now()
+	k.TickBefore = m.world.Abandon()
+	m.killed, m.world = m.world, nil
+	m.log.Kill()
+	m.log = nil
+	m.stopServe()
+	<-m.served
+	m.stopServe = nil
+	m.rec.Stop()
+	m.rec = nil
+	k.TeardownMs = ms(time.Since(t0))
+	run1.cancel()
+	<-run1.done
+	m.ackMu.Lock()
+	k.AckedBefore = len(m.acked)
+	m.ackMu.Unlock()
+	m.say("%s server dead (teardown %.0f ms in this process): %d commands had been acknowledged durable, the newest complete tick was %d\n",
+		m.at(), k.TeardownMs, k.AckedBefore, k.TickBefore)
+}
+
+// reopen restarts the log, the game server (same address) and the world
+// from the data directory, as a new process would, then starts the bots'
+// second run (the bots of this build do not reconnect by themselves) and
+// waits for the first live tick and the first acknowledgement.
+func (m *match) reopen(ctx context.Context, rep *Report, botsFor time.Duration) (*botRun, error) {
+	k := &rep.ServerKill
+	m.say("%s reopening from %s\n", m.at(), filepath.Join(m.o.Dir, "data"))
+	t0 := time.Now()
+	if err := m.startLog(ctx); err != nil {
+		return nil, fmt.Errorf("reopen the log: %w", err)
+	}
+	k.LogOpenMs = ms(time.Since(t0))
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tail, err := m.log.Log().CheckTail(tctx)
+	if err != nil {
+		return nil, fmt.Errorf("reopened log: tail: %w", err)
+	}
+	m.resumeTail, k.LogReadyMs = tail, ms(time.Since(t0))
+	// The first live tick is the first complete tick whose marker the
+	// reopened world appended (above the tail the reopened log had).
+	live := make(chan uint64, 1)
+	m.watchTick = func(w *world.World, tick uint64) {
+		if th, ok := w.Hashes(0).Get(tick); ok && th.Pos > tail {
+			select {
+			case live <- tick:
+			default:
+			}
+		}
+	}
+	if err := m.startGame(ctx, m.addr); err != nil {
+		return nil, fmt.Errorf("reopen the game server and the world: %w", err)
+	}
+	run2 := m.startBots(ctx, 2, botsFor)
+	k.BotsRestarted = true
+	var liveAt, ackAt time.Duration
+	firstAck := m.firstAck
+	for liveAt == 0 || ackAt == 0 {
+		select {
+		case tick := <-live:
+			liveAt, k.FirstLiveTick, live = time.Since(t0), tick, nil
+		case <-firstAck:
+			ackAt, firstAck = time.Since(t0), nil
+		case <-tctx.Done():
+			return run2, fmt.Errorf("reopened server: no live tick or no acknowledgement within 30 s (live after %v, ack after %v)", liveAt, ackAt)
+		}
+	}
+	k.Done, k.FirstTickMs, k.FirstAckMs = true, ms(liveAt), ms(ackAt)
+	m.say("%s server back on %s: log open in %.0f ms and answering after %.0f ms, first live tick %d after %.0f ms, first command acknowledged durable after %.0f ms\n",
+		m.at(), m.addr, k.LogOpenMs, k.LogReadyMs, k.FirstLiveTick, k.FirstTickMs, k.FirstAckMs)
+	m.say("%s the bots' run started again (the bots do not reconnect by themselves yet); the recording restarts from the log's start\n", m.at())
+	return run2, nil
 }
 
 // stop drains the server and stops the world with final snapshots.
@@ -332,12 +583,50 @@ func (m *match) stop(ctx context.Context, rep *Report) (uint64, error) {
 		return 0, err
 	}
 	m.say("%s server drained; final snapshots of every sector at tick %d\n", m.at(), final)
-	for _, r := range m.world.Recoveries() {
+	var recs []replay.Recovery
+	if m.killed != nil {
+		recs = m.killed.Recoveries()
+	}
+	for _, r := range append(recs, m.world.Recoveries()...) {
 		rep.Recoveries++
 		rep.RecoveryMs = append(rep.RecoveryMs, float64(r.Duration.Microseconds())/1000)
 		rep.RecoveryMismatched += int(r.Mismatched)
 	}
 	return final, nil
+}
+
+// liveHash returns the hash the live server published for shard's tick:
+// the reopened world's, or the killed world's for the ticks before.
+func (m *match) liveHash(shard uint32, tick uint64) (replay.TickHash, bool) {
+	if th, ok := m.world.Hashes(shard).Get(tick); ok {
+		return th, true
+	}
+	if m.killed != nil {
+		return m.killed.Hashes(shard).Get(tick)
+	}
+	return replay.TickHash{}, false
+}
+
+// checkReplay compares the hashes of the ticks that the reopened world's
+// sectors replayed from their snapshots with those the killed world had
+// published.
+func (m *match) checkReplay(k *ServerKill) {
+	if m.killed == nil {
+		return
+	}
+	for shard := range uint32(m.game.Shards) {
+		for t := uint64(1); t <= k.TickBefore; t++ {
+			a, ok1 := m.killed.Hashes(shard).Get(t)
+			b, ok2 := m.world.Hashes(shard).Get(t)
+			if !ok1 || !ok2 {
+				continue
+			}
+			k.ReplayChecked++
+			if a.Hash != b.Hash {
+				k.ReplayMismatched++
+			}
+		}
+	}
 }
 
 // check reads the whole log back (every acknowledged command exactly
@@ -348,13 +637,20 @@ func (m *match) check(ctx context.Context, final uint64, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	seen := map[[2]uint64]int{}
+	// The bots' first run sent the commands at or below the tail the
+	// reopened log found, the second (same players, sequences from 1
+	// again) those above.
+	seen := map[[3]uint64]int{}
 	for _, e := range entries {
 		env, err := wire.DecodeEnvelope(e.Record.Data)
 		if err != nil || env.Kind != wire.EnvelopePlayerCommand {
 			continue
 		}
-		seen[[2]uint64{uint64(env.Player), env.ClientSeq}]++
+		run := uint64(1)
+		if m.resumeTail > 0 && e.Pos > m.resumeTail {
+			run = 2
+		}
+		seen[[3]uint64{run, uint64(env.Player), env.ClientSeq}]++
 	}
 	m.ackMu.Lock()
 	for k := range m.acked {
@@ -374,7 +670,8 @@ func (m *match) check(ctx context.Context, final uint64, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	rep.TicksChecked, rep.FirstDiverging = compareHashes(hashes, m.world.Hashes, final)
+	rep.TicksChecked, rep.FirstDiverging = compareHashes(hashes, m.liveHash, final)
+	m.checkReplay(&rep.ServerKill)
 	rep.DeterminismOK = rep.FirstDiverging == "" && rep.TicksChecked == final*uint64(m.game.Shards) && final > 0
 	for _, s := range sims {
 		st := s.(*broadside.Sector).Stats()
@@ -392,14 +689,13 @@ func (m *match) check(ctx context.Context, final uint64, rep *Report) error {
 // compareHashes compares every shard's re-simulated hashes of ticks
 // 1..final with the live run's, and returns how many matched and the first
 // divergence ("" if none).
-func compareHashes(resim []*replay.HashHistory, live func(shard uint32) *replay.HashHistory, final uint64) (uint64, string) {
+func compareHashes(resim []*replay.HashHistory, live func(shard uint32, tick uint64) (replay.TickHash, bool), final uint64) (uint64, string) {
 	var matched, firstTick uint64
 	var firstDiv string
 	for i, hist := range resim {
-		want := live(uint32(i))
 		for t := uint64(1); t <= final; t++ {
 			g, ok1 := hist.Get(t)
-			w, ok2 := want.Get(t)
+			w, ok2 := live(uint32(i), t)
 			var div string
 			switch {
 			case !ok1 || !ok2:
@@ -433,6 +729,17 @@ func (m *match) summary(rep Report) {
 	if rep.ViewChangeMs > 0 {
 		m.say("  view change    %.0f ms after the leader crashed\n", rep.ViewChangeMs)
 	}
+	if k := rep.ServerKill; k.Done {
+		m.say("  server kill    the whole server killed at tick %d with no clean stop, reopened from disk:\n", k.TickBefore)
+		m.say("                 restart: first live tick %d after %.0f ms, first command acknowledged after %.0f ms (log open %.0f ms, answering %.0f ms)\n",
+			k.FirstLiveTick, k.FirstTickMs, k.FirstAckMs, k.LogOpenMs, k.LogReadyMs)
+		m.say("                 survived: all %d commands acknowledged before the kill, %d lost; %d ticks before, %d after\n",
+			k.AckedBefore, rep.Lost, k.TickBefore, k.TicksAfter)
+		m.say("                 hashes continued: %d replayed tick hashes equal to the killed server's (%d differ); bots' run restarted after it\n",
+			k.ReplayChecked, k.ReplayMismatched)
+	} else if k.Skipped != "" {
+		m.say("  server kill    skipped: %s\n", k.Skipped)
+	}
 	m.say("  determinism    %v (%d tick hashes re-simulated from the log)\n", rep.DeterminismOK, rep.TicksChecked)
 	m.say("  state          %.0f B/s down per client\n", rep.DownBytesSec)
 	m.say("  recording      %s (%d KiB)\n", rep.Recording, rep.RecordingBytes/1024)
@@ -448,6 +755,8 @@ func verdict(rep Report) error {
 		return fmt.Errorf("%d acknowledged commands are missing from the log", rep.Lost)
 	case rep.Duplicated > 0:
 		return fmt.Errorf("%d acknowledged commands are in the log more than once", rep.Duplicated)
+	case rep.ServerKill.ReplayMismatched > 0:
+		return fmt.Errorf("the reopened server replayed %d ticks to hashes other than the killed server's", rep.ServerKill.ReplayMismatched)
 	case rep.RecoveryMismatched > 0:
 		return fmt.Errorf("a recovered sector replayed %d ticks to hashes other than the live run's", rep.RecoveryMismatched)
 	case !rep.DeterminismOK:

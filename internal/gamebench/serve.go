@@ -1,0 +1,245 @@
+package gamebench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/anoptic/broadside/cmdlog/seq"
+	"github.com/anoptic/broadside/demo/bots"
+	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/internal/logbench"
+)
+
+// ServeContender is one game-server configuration `bench serve` runs.
+type ServeContender struct {
+	Name string
+	// What it is, for the table's legend.
+	What       string
+	Durability seq.Durability
+}
+
+// ServeContenders are the configurations `bench serve` knows, the
+// reference (the ratios' denominator) first.
+var ServeContenders = []ServeContender{
+	{Name: "memory", What: "embedded log, replicas acknowledge from memory ('replicated')", Durability: seq.Memory},
+	{Name: "fsync", What: "embedded log, replicas acknowledge after their WAL fsync ('durable', serve's default)", Durability: seq.Fsync},
+}
+
+// ServeConfig configures RunServe (`broadside bench serve`).
+type ServeConfig struct {
+	// Game is the world ('serve''s default world).
+	Game broadside.Config
+	// Contenders names the contenders to run, in ServeContenders' order
+	// (nil: all).
+	Contenders []string
+	// Bots are the bot counts; each contender runs with each.
+	Bots []int
+	// Rate is the commands per second each bot sends; Duration how long
+	// each run lasts.
+	Rate     float64
+	Duration time.Duration
+	// Dir is the parent of the data directories ("": the system's
+	// temporary directory); they are removed afterwards.
+	Dir string
+	Output
+}
+
+// serveResult is one contender with one bot count.
+type serveResult struct {
+	Contender   string  `json:"contender"`
+	Bots        int     `json:"bots"`
+	Sent        int64   `json:"sent"`
+	Acked       int64   `json:"acked"`
+	Applied     int64   `json:"applied"`
+	Skipped     int64   `json:"skipped_window_full"`
+	Errors      int64   `json:"errors"`
+	AckP50us    int64   `json:"ack_p50_us"`
+	AckP99us    int64   `json:"ack_p99_us"`
+	AckP999us   int64   `json:"ack_p999_us"`
+	AppliedP50  int64   `json:"applied_p50_us"`
+	AppliedP99  int64   `json:"applied_p99_us"`
+	TicksPerSec float64 `json:"ticks_per_sec"`
+	// Cores is the process's CPU (server, log, world and the bots: one
+	// process) over the run, in cores; CPUPerCmdUs per command sent.
+	Cores       float64 `json:"cores"`
+	CPUPerCmdUs float64 `json:"cpu_per_command_us"`
+	Err         string  `json:"error,omitempty"`
+}
+
+// RunServe runs a game server and bots in this process for each bot
+// count and contender, side by side in one run (the contenders' order
+// alternates from one bot count to the next, so that drifting load on the
+// machine weighs on both), and writes the table to out and the JSON file
+// the config names.
+func RunServe(ctx context.Context, cfg ServeConfig, out io.Writer) error {
+	cfg.Output = cfg.Output.withDefaults()
+	contenders, err := selectServeContenders(cfg.Contenders)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Bots) == 0 || cfg.Rate <= 0 || cfg.Duration <= 0 {
+		return fmt.Errorf("bench serve: need bot counts, a rate and a duration")
+	}
+	load := startLoadMeter()
+	started := time.Now()
+	var results []serveResult
+	for i, n := range cfg.Bots {
+		order := contenders
+		if i%2 == 1 {
+			order = reversed(contenders)
+		}
+		for _, c := range order {
+			fmt.Fprintf(cfg.Progress, "serve: %s, %d bots at %.0f commands/s for %v\n", c.Name, n, cfg.Rate, cfg.Duration)
+			r, err := runServeOnce(ctx, cfg, c, n)
+			if err != nil {
+				r.Err = err.Error()
+				fmt.Fprintf(cfg.Progress, "serve: %s, %d bots: %v\n", c.Name, n, err)
+			}
+			results = append(results, r)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			runtime.GC()
+		}
+	}
+	busy := load.stop()
+	fmt.Fprintf(out, "machine: %s\nrun: %s, %s; %s\n", logbench.MachineDescription(), started.UTC().Format(time.RFC3339),
+		time.Since(started).Round(time.Second), busy)
+	writeServeTable(out, cfg, contenders, results)
+	return cfg.writeJSON(struct {
+		RatePerBot  float64       `json:"rate_per_bot"`
+		DurationSec float64       `json:"duration_s"`
+		Results     []serveResult `json:"results"`
+	}{cfg.Rate, cfg.Duration.Seconds(), results})
+}
+
+func selectServeContenders(names []string) ([]ServeContender, error) {
+	if len(names) == 0 {
+		return ServeContenders, nil
+	}
+	var out []ServeContender
+	for _, c := range ServeContenders {
+		for _, n := range names {
+			if strings.TrimSpace(n) == c.Name {
+				out = append(out, c)
+			}
+		}
+	}
+	if len(out) != len(names) {
+		var known []string
+		for _, c := range ServeContenders {
+			known = append(known, c.Name)
+		}
+		return nil, fmt.Errorf("bench serve: contenders %v: known are %s", names, strings.Join(known, ", "))
+	}
+	return out, nil
+}
+
+func reversed(cs []ServeContender) []ServeContender {
+	out := make([]ServeContender, len(cs))
+	for i, c := range cs {
+		out[len(cs)-1-i] = c
+	}
+	return out
+}
+
+// runServeOnce starts a fresh server of contender c, runs n bots against
+// it for the configured duration, and stops it.
+func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int) (serveResult, error) {
+	res := serveResult{Contender: c.Name, Bots: n}
+	dir, err := os.MkdirTemp(cfg.Dir, "broadside-bench-serve-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	game, err := broadside.NewGame(cfg.Game, 600_000)
+	if err != nil {
+		return res, err
+	}
+	cr, err := newCredentials()
+	if err != nil {
+		return res, err
+	}
+	g, err := startGameServer(ctx, gameServerConfig{Dir: dir, Durability: c.Durability, Game: game, Players: cr, Logger: cfg.Logger})
+	if err != nil {
+		return res, err
+	}
+	tick0, cpu0, t0 := g.world.Tick(), processCPU(), time.Now()
+	rep, err := bots.Run(ctx, bots.Config{Server: g.Addr(), TLS: cr.ca.ClientTLS(), Secret: cr.secret, N: n, Rate: cfg.Rate,
+		Duration: cfg.Duration, Behaviour: bots.Captain, Seed: 1})
+	elapsed, cpu, ticks := time.Since(t0), processCPU()-cpu0, g.world.Tick()-tick0
+	if serr := g.stop(ctx); err == nil && serr != nil {
+		err = fmt.Errorf("stop: %w", serr)
+	}
+	res.Sent, res.Acked, res.Applied, res.Skipped = rep.Sent, rep.Durable, rep.Applied, rep.Skipped
+	for _, e := range rep.Errors {
+		res.Errors += e
+	}
+	res.AckP50us, res.AckP99us, res.AckP999us = rep.AckP50us, rep.AckP99us, rep.AckP999us
+	res.AppliedP50, res.AppliedP99 = rep.AppliedP50us, rep.AppliedP99us
+	res.TicksPerSec = float64(ticks) / elapsed.Seconds()
+	res.Cores = float64(cpu) / float64(elapsed)
+	if rep.Sent > 0 {
+		res.CPUPerCmdUs = float64(cpu.Microseconds()) / float64(rep.Sent)
+	}
+	return res, err
+}
+
+func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender, results []serveResult) {
+	fmt.Fprintf(out, "\nGame server with bots (captain), %.0f commands/s per bot, %v per run, one process on 127.0.0.1\n", cfg.Rate, cfg.Duration)
+	for _, c := range contenders {
+		fmt.Fprintf(out, "  %-8s %s\n", c.Name, c.What)
+	}
+	fmt.Fprintf(out, "Latencies in ms (HdrHistogram): ack = command sent to its acknowledgement, applied = to the state update\n")
+	fmt.Fprintf(out, "showing it applied; cores and cpu/cmd are the whole process's (server, log, world and bots);\n")
+	fmt.Fprintf(out, "ratios against %s with the same bots (higher is slower / costlier)\n", contenders[0].Name)
+	tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "contender\tbots\tacked\tack p50\tack p99\tack p99.9\tapplied p50\tapplied p99\tticks/s\tcores\tcpu/cmd µs\tp50 x\tp99 x\tapplied p99 x\tcpu x\t\n")
+	ref := map[int]serveResult{}
+	for _, r := range results {
+		if r.Contender == contenders[0].Name {
+			ref[r.Bots] = r
+		}
+	}
+	ms := func(us int64) string { return fmt.Sprintf("%.2f", float64(us)/1000) }
+	ratio := func(a, b float64) string {
+		if b <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", a/b)
+	}
+	for _, n := range cfg.Bots {
+		for _, c := range contenders {
+			for _, r := range results {
+				if r.Bots != n || r.Contender != c.Name {
+					continue
+				}
+				if r.Err != "" {
+					fmt.Fprintf(tw, "%s\t%d\tfailed: %s\t\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Contender, r.Bots, r.Err)
+					continue
+				}
+				b := ref[n]
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t\n", r.Contender, r.Bots, r.Acked,
+					ms(r.AckP50us), ms(r.AckP99us), ms(r.AckP999us), ms(r.AppliedP50), ms(r.AppliedP99), r.TicksPerSec, r.Cores, r.CPUPerCmdUs,
+					ratio(float64(r.AckP50us), float64(b.AckP50us)), ratio(float64(r.AckP99us), float64(b.AckP99us)),
+					ratio(float64(r.AppliedP99), float64(b.AppliedP99)), ratio(r.CPUPerCmdUs, b.CPUPerCmdUs))
+			}
+		}
+	}
+	tw.Flush()
+	var failed []string
+	for _, r := range results {
+		if r.Errors > 0 || r.Sent != r.Acked {
+			failed = append(failed, fmt.Sprintf("%s/%d bots: %d sent, %d acked, %d errors", r.Contender, r.Bots, r.Sent, r.Acked, r.Errors))
+		}
+	}
+	if len(failed) > 0 {
+		fmt.Fprintf(out, "not every command acknowledged: %s\n", strings.Join(failed, "; "))
+	}
+}

@@ -124,9 +124,12 @@ type ServerKill struct {
 	// differed.
 	ReplayChecked    uint64 `json:"replay_checked"`
 	ReplayMismatched uint64 `json:"replay_mismatched"`
-	// BotsRestarted is true when the bots' run was started again after
-	// the restart (the bots of this build do not reconnect by themselves).
-	BotsRestarted bool `json:"bots_restarted"`
+	// Reconnects counts the bots' sessions resumed on the reopened server
+	// (every bot reconnects by itself); Resent the commands they sent
+	// again because the killed server had not acknowledged them (the log
+	// stores each once).
+	Reconnects int64 `json:"reconnects"`
+	Resent     int64 `json:"resent"`
 }
 
 // victim is the sim shard the match kills.
@@ -162,11 +165,13 @@ type match struct {
 	stopServe context.CancelFunc
 
 	ackMu sync.Mutex
-	acked map[[3]uint64]bool // (bots' run, player, client sequence)
+	acked map[[2]uint64]bool // (player, client sequence)
 	// firstAck is closed at the first acknowledgement of the bots'
 	// second run.
 	firstAck     chan struct{}
 	firstAckOnce sync.Once
+	// reopened is set once the server was reopened after its kill.
+	reopened atomic.Bool
 }
 
 func (m *match) say(format string, a ...any) {
@@ -191,7 +196,7 @@ func Run(ctx context.Context, o Options) (rep Report, err error) {
 	if o.Recording == "" {
 		o.Recording = filepath.Join(o.Dir, "match.bsr")
 	}
-	m := &match{o: o, start: time.Now(), acked: map[[3]uint64]bool{}, recovered: make(chan replay.Recovery, 16), firstAck: make(chan struct{})}
+	m := &match{o: o, start: time.Now(), acked: map[[2]uint64]bool{}, recovered: make(chan replay.Recovery, 16), firstAck: make(chan struct{})}
 	m.conf = broadside.Config{Seed: o.Seed, Width: 3000, Height: 3000, SectorsX: 2, SectorsY: 2, Islands: 8}
 	if m.game, err = broadside.NewGame(m.conf, 0); err != nil {
 		return rep, err
@@ -357,21 +362,22 @@ type botRun struct {
 	done   chan struct{}
 }
 
-// startBots starts the bots' run number run (1, or 2 after the server's
-// restart) for d.
-func (m *match) startBots(ctx context.Context, run uint64, d time.Duration) *botRun {
+// startBots starts the bots for d: they reconnect by themselves when the
+// server dies and comes back, resume their sessions and resend what was
+// not acknowledged.
+func (m *match) startBots(ctx context.Context, d time.Duration) *botRun {
 	bctx, cancel := context.WithCancel(ctx)
 	r := &botRun{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		r.rep, r.err = bots.Run(bctx, bots.Config{
 			Server: m.addr, TLS: m.ca.ClientTLS(), Secret: m.secret, N: m.o.Bots, Rate: m.o.Rate, Duration: d,
-			Behaviour: bots.Captain, Seed: m.o.Seed + run - 1,
+			Behaviour: bots.Captain, Seed: m.o.Seed, ReconnectAttempts: 40,
 			OnAck: func(player uint32, seq uint64, _ wire.AckStatus) {
 				m.ackMu.Lock()
-				m.acked[[3]uint64{run, uint64(player), seq}] = true
+				m.acked[[2]uint64{uint64(player), seq}] = true
 				m.ackMu.Unlock()
-				if run == 2 {
+				if m.reopened.Load() {
 					m.firstAckOnce.Do(func() { close(m.firstAck) })
 				}
 			},
@@ -392,7 +398,7 @@ func (m *match) play(ctx context.Context, rep *Report) (bots.Report, error) {
 	case m.o.Durability != seq.Fsync:
 		rep.ServerKill.Skipped = "memory durability: the sequencing replicas' state dies with the process, so its data cannot resume (--durability fsync, the default, can)"
 	}
-	run1 := m.startBots(ctx, 1, m.o.Duration)
+	run1 := m.startBots(ctx, m.o.Duration)
 	m.say("%s %d bots connecting, each sending %.0f commands/s\n", m.at(), m.o.Bots, m.o.Rate)
 	if !m.o.NoFaults {
 		if err := m.faults(ctx, rep); err != nil {
@@ -414,38 +420,20 @@ func (m *match) play(ctx context.Context, rep *Report) (bots.Report, error) {
 		return run1.rep, nil
 	}
 	sleepCtx(ctx, time.Until(m.start.Add(killAt)))
-	m.killServer(rep, run1)
-	if run1.err != nil {
-		return run1.rep, fmt.Errorf("bots before the kill: %w", run1.err)
-	}
-	run2, err := m.reopen(ctx, rep, max(m.o.Duration-killAt, 2*time.Second))
-	if err != nil {
-		if run2 != nil {
-			run2.cancel()
-			<-run2.done
-		}
+	m.killServer(rep)
+	if err := m.reopen(ctx, rep); err != nil {
+		run1.cancel()
+		<-run1.done
 		return run1.rep, err
 	}
-	<-run2.done
-	if run2.err != nil {
-		return run1.rep, fmt.Errorf("bots after the restart: %w", run2.err)
+	<-run1.done
+	if run1.err != nil {
+		return run1.rep, fmt.Errorf("bots: %w", run1.err)
 	}
-	m.say("%s match over: %d commands sent, %d acknowledged %s, %d seen applied in state updates (both bot runs)\n",
-		m.at(), run1.rep.Sent+run2.rep.Sent, run1.rep.Acked+run2.rep.Acked, run1.rep.AckStatus, run1.rep.Applied+run2.rep.Applied)
-	return mergeRuns(run1.rep, run2.rep), nil
-}
-
-// mergeRuns adds the counts of the bots' second run to the first; the
-// latencies and bandwidth stay the first run's (the uninterrupted play).
-func mergeRuns(a, b bots.Report) bots.Report {
-	a.Sent += b.Sent
-	a.Durable += b.Durable
-	a.Replicated += b.Replicated
-	a.Acked += b.Acked
-	a.Applied += b.Applied
-	a.RateLimited += b.RateLimited
-	a.Skipped += b.Skipped
-	return a
+	rep.ServerKill.Reconnects, rep.ServerKill.Resent = run1.rep.Reconnects, run1.rep.Resent
+	m.say("%s match over: %d commands sent, %d acknowledged %s, %d seen applied in state updates; %d sessions resumed after the kill, %d commands resent\n",
+		m.at(), run1.rep.Sent, run1.rep.Acked, run1.rep.AckStatus, run1.rep.Applied, run1.rep.Reconnects, run1.rep.Resent)
+	return run1.rep, nil
 }
 
 // faults kills a sim shard at a quarter of the match, and crashes the
@@ -491,9 +479,9 @@ func (m *match) faults(ctx context.Context, rep *Report) error {
 // is lost, their fsynced write-ahead logs stay), the game server's
 // endpoint closes every connection, the recording stops. The world goes
 // first so that its runners do not see the log die and start recoveries
-// a crashed process would never run. The bots' first run ends with its
-// connections.
-func (m *match) killServer(rep *Report, run1 *botRun) {
+// a crashed process would never run. The bots lose their connections and
+// keep trying to reconnect.
+func (m *match) killServer(rep *Report) {
 	k := &rep.ServerKill
 	m.say("%s KILLING THE WHOLE SERVER at tick %d: log nodes, game server and world stop at once, no drain, no final snapshot\n", m.at(), m.world.Tick())
 	t0 := time.Now()
@@ -507,8 +495,6 @@ func (m *match) killServer(rep *Report, run1 *botRun) {
 	m.rec.Stop()
 	m.rec = nil
 	k.TeardownMs = ms(time.Since(t0))
-	run1.cancel()
-	<-run1.done
 	m.ackMu.Lock()
 	k.AckedBefore = len(m.acked)
 	m.ackMu.Unlock()
@@ -517,22 +503,21 @@ func (m *match) killServer(rep *Report, run1 *botRun) {
 }
 
 // reopen restarts the log, the game server (same address) and the world
-// from the data directory, as a new process would, then starts the bots'
-// second run (the bots of this build do not reconnect by themselves) and
-// waits for the first live tick and the first acknowledgement.
-func (m *match) reopen(ctx context.Context, rep *Report, botsFor time.Duration) (*botRun, error) {
+// from the data directory, as a new process would, and waits for the first
+// live tick and the first acknowledgement to a reconnected bot.
+func (m *match) reopen(ctx context.Context, rep *Report) error {
 	k := &rep.ServerKill
 	m.say("%s reopening from %s\n", m.at(), filepath.Join(m.o.Dir, "data"))
 	t0 := time.Now()
 	if err := m.startLog(ctx); err != nil {
-		return nil, fmt.Errorf("reopen the log: %w", err)
+		return fmt.Errorf("reopen the log: %w", err)
 	}
 	k.LogOpenMs = ms(time.Since(t0))
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	tail, err := m.log.Log().CheckTail(tctx)
 	if err != nil {
-		return nil, fmt.Errorf("reopened log: tail: %w", err)
+		return fmt.Errorf("reopened log: tail: %w", err)
 	}
 	m.resumeTail, k.LogReadyMs = tail, ms(time.Since(t0))
 	// The first live tick is the first complete tick whose marker the
@@ -546,11 +531,10 @@ func (m *match) reopen(ctx context.Context, rep *Report, botsFor time.Duration) 
 			}
 		}
 	}
+	m.reopened.Store(true)
 	if err := m.startGame(ctx, m.addr); err != nil {
-		return nil, fmt.Errorf("reopen the game server and the world: %w", err)
+		return fmt.Errorf("reopen the game server and the world: %w", err)
 	}
-	run2 := m.startBots(ctx, 2, botsFor)
-	k.BotsRestarted = true
 	var liveAt, ackAt time.Duration
 	firstAck := m.firstAck
 	for liveAt == 0 || ackAt == 0 {
@@ -560,14 +544,14 @@ func (m *match) reopen(ctx context.Context, rep *Report, botsFor time.Duration) 
 		case <-firstAck:
 			ackAt, firstAck = time.Since(t0), nil
 		case <-tctx.Done():
-			return run2, fmt.Errorf("reopened server: no live tick or no acknowledgement within 30 s (live after %v, ack after %v)", liveAt, ackAt)
+			return fmt.Errorf("reopened server: no live tick or no acknowledgement within 30 s (live after %v, ack after %v)", liveAt, ackAt)
 		}
 	}
 	k.Done, k.FirstTickMs, k.FirstAckMs = true, ms(liveAt), ms(ackAt)
 	m.say("%s server back on %s: log open in %.0f ms and answering after %.0f ms, first live tick %d after %.0f ms, first command acknowledged durable after %.0f ms\n",
 		m.at(), m.addr, k.LogOpenMs, k.LogReadyMs, k.FirstLiveTick, k.FirstTickMs, k.FirstAckMs)
-	m.say("%s the bots' run started again (the bots do not reconnect by themselves yet); the recording restarts from the log's start\n", m.at())
-	return run2, nil
+	m.say("%s the bots reconnected by themselves and resumed their sessions; the recording restarts from the log's start\n", m.at())
+	return nil
 }
 
 // stop drains the server and stops the world with final snapshots.
@@ -637,20 +621,13 @@ func (m *match) check(ctx context.Context, final uint64, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	// The bots' first run sent the commands at or below the tail the
-	// reopened log found, the second (same players, sequences from 1
-	// again) those above.
-	seen := map[[3]uint64]int{}
+	seen := map[[2]uint64]int{}
 	for _, e := range entries {
 		env, err := wire.DecodeEnvelope(e.Record.Data)
 		if err != nil || env.Kind != wire.EnvelopePlayerCommand {
 			continue
 		}
-		run := uint64(1)
-		if m.resumeTail > 0 && e.Pos > m.resumeTail {
-			run = 2
-		}
-		seen[[3]uint64{run, uint64(env.Player), env.ClientSeq}]++
+		seen[[2]uint64{uint64(env.Player), env.ClientSeq}]++
 	}
 	m.ackMu.Lock()
 	for k := range m.acked {
@@ -735,8 +712,10 @@ func (m *match) summary(rep Report) {
 			k.FirstLiveTick, k.FirstTickMs, k.FirstAckMs, k.LogOpenMs, k.LogReadyMs)
 		m.say("                 survived: all %d commands acknowledged before the kill, %d lost; %d ticks before, %d after\n",
 			k.AckedBefore, rep.Lost, k.TickBefore, k.TicksAfter)
-		m.say("                 hashes continued: %d replayed tick hashes equal to the killed server's (%d differ); bots' run restarted after it\n",
+		m.say("                 hashes continued: %d replayed tick hashes equal to the killed server's (%d differ)\n",
 			k.ReplayChecked, k.ReplayMismatched)
+		m.say("                 players: %d sessions resumed on the reopened server, %d unacknowledged commands resent, each stored once\n",
+			k.Reconnects, k.Resent)
 	} else if k.Skipped != "" {
 		m.say("  server kill    skipped: %s\n", k.Skipped)
 	}

@@ -32,6 +32,9 @@ func TestMatch(t *testing.T) {
 	if k.ReplayChecked == 0 || k.ReplayMismatched != 0 {
 		t.Fatalf("reopened sectors: %d replayed hashes checked against the killed server's, %d differ", k.ReplayChecked, k.ReplayMismatched)
 	}
+	if k.Reconnects < int64(rep.Players) {
+		t.Fatalf("%d sessions resumed after the kill, %d players", k.Reconnects, rep.Players)
+	}
 	if int64(k.AckedBefore) >= rep.Acked {
 		t.Fatalf("nothing acknowledged after the restart: %d of %d before the kill", k.AckedBefore, rep.Acked)
 	}

@@ -16,7 +16,8 @@ import (
 // with err (ENOSPC or EIO), as a full or failing disk does.
 func diskFull(err error) *errorfs.Toggle {
 	return &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpRemoveAll {
+		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpRemoveAll &&
+			op.Kind != errorfs.OpLock && op.Kind != errorfs.OpFileClose {
 			return err
 		}
 		return nil

@@ -97,14 +97,14 @@ func Open(dir string, opts Options) (*DB, error) {
 		}
 	}
 	d := &DB{closeFS: closeFS, dir: dir, opts: opts, baseFS: fs}
-	if err := d.open(); err != nil {
+	if err := d.open(false); err != nil {
 		closeFS()
 		return nil, err
 	}
 	return d, nil
 }
 
-func (d *DB) open() error {
+func (d *DB) open(readOnly bool) error {
 	logger := d.opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -117,6 +117,7 @@ func (d *DB) open() error {
 		MemTableSize:       d.opts.MemTableSize,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             Logger(logger),
+		ReadOnly:           readOnly,
 	})
 	if err != nil {
 		g.fence()
@@ -124,6 +125,9 @@ func (d *DB) open() error {
 	}
 	d.mu.Lock()
 	d.DB, d.g, d.failed, d.wedged, d.gone = db, g, nil, false, false
+	if readOnly {
+		d.failed = ErrFailed // writes reopen read-write first
+	}
 	d.mu.Unlock()
 	return nil
 }
@@ -196,8 +200,10 @@ func (d *DB) Set(key, value []byte, opts *pebble.WriteOptions) error {
 
 // Reopen gives up the current instance and opens the directory again;
 // nothing else may use the database meanwhile (readers included: their
-// iterators would outlive the instance). A failed open (the disk is still
-// full) leaves the database failed; call Reopen again later.
+// iterators would outlive the instance). When the directory cannot be
+// opened for writing (the disk is still full), it is opened read-only, so
+// that what is stored stays readable, the database stays failed and
+// Reopen returns the error: call it again later.
 func (d *DB) Reopen() error {
 	d.mu.Lock()
 	wedged := d.wedged
@@ -215,7 +221,13 @@ func (d *DB) Reopen() error {
 		d.g.fence()
 		d.gone = true
 	}
-	return d.open()
+	err := d.open(false)
+	if err != nil && d.open(true) == nil {
+		d.mu.Lock()
+		d.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+		d.mu.Unlock()
+	}
+	return err
 }
 
 // Close closes the database, then the file system wrapper Open made.

@@ -171,7 +171,7 @@ func (d *DB) Apply(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
 		case fatalError:
 			err = v
 			if f := d.g.Fault(); f != nil {
-				err = fmt.Errorf("%v: %w", v, f)
+				err = fmt.Errorf("pebble: commit failed: %w", f) // v repeats f's text
 			}
 			d.fail(err, false)
 		case error:

@@ -7,10 +7,10 @@ DST_SEEDS ?= 500
 SOAK_SEEDS ?= 20000
 REPLAY_DST_SEEDS ?= 300
 
-.PHONY: test deps vet unit crash dst replay-dst faults generate fuzz bench dst-soak replay-dst-soak lint build viewer
+.PHONY: test deps vet unit crash diskfull dst replay-dst faults generate fuzz bench dst-soak replay-dst-soak lint build viewer
 
 ## test: install missing system packages, vet, run every test (the deterministic simulators and the process fault test included)
-test: deps vet unit dst replay-dst faults crash viewer
+test: deps vet unit dst replay-dst faults crash diskfull viewer
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:
@@ -22,12 +22,17 @@ vet:
 
 ## unit: all package tests except the simulators and the process fault test (run by `dst`, `replay-dst` and `faults` with summary lines)
 unit:
-	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses|TestCrashRealProcesses' $$($(GO) list ./... | grep -v -E '/internal/(dst|replaydst)$$')
+	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses|TestCrashRealProcesses|TestDiskFullRealProcess' $$($(GO) list ./... | grep -v -E '/internal/(dst|replaydst)$$')
 
 ## crash: SIGKILL the game server (serve) at random moments, in a snapshot write and in a recovery, while bots play; prints the crash line
 crash:
 	$(GO) test -count=1 -timeout 10m -v -run 'TestCrashRealProcesses' ./cmd/broadside \
 	  | grep -E '^(crash:|--- FAIL|FAIL|ok)|kill [0-9]|lost|differ'
+
+## diskfull: serve on a small tmpfs (root: mount; else skipped with a message), filled while bots play, then freed; prints the diskfull line
+diskfull:
+	@out=$$($(GO) test -count=1 -timeout 5m -v -run 'TestDiskFullRealProcess' ./cmd/broadside 2>&1) || { echo "$$out" | grep -v '^=== RUN'; exit 1; }; \
+	  echo "$$out" | grep -E '^(diskfull:|--- FAIL|FAIL|ok)|diskfull: skipped'
 
 ## faults: SIGKILL sequencing replicas and a shard running as separate processes; prints the faults line
 faults:

@@ -61,6 +61,8 @@ type LocalConfig struct {
 	// Core tunes the replicas (ID and Layout are set by the cluster).
 	Core   seq.Config
 	Logger *slog.Logger
+	// Health, if set, lists the nodes whose storage cannot write.
+	Health *node.StorageHealth
 }
 
 // Network is a transport that nodes attach their inboxes to.
@@ -168,13 +170,14 @@ func (lc *LocalCluster) StartNode(id msg.NodeID) {
 			err = node.RunShard(ctx, node.ShardConfig{
 				Core:    shard.Config{ID: id, Layout: lc.layout},
 				Storage: lc.storage[id], Transport: lc.cfg.Network, Inbox: in, Logger: lc.cfg.Logger,
+				Health: lc.cfg.Health,
 			})
 		} else {
 			core := lc.cfg.Core
 			core.ID, core.Layout, core.Durability = id, lc.layout, lc.cfg.Durability
 			err = node.RunSeq(ctx, node.SeqConfig{
 				Core: core, Timing: lc.cfg.Timing, Coordinator: lc.cfg.Coordinator, WAL: lc.wals[id],
-				Transport: lc.cfg.Network, Inbox: in, Logger: lc.cfg.Logger,
+				Transport: lc.cfg.Network, Inbox: in, Logger: lc.cfg.Logger, Health: lc.cfg.Health,
 			})
 		}
 		if err != nil {

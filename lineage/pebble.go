@@ -83,6 +83,24 @@ func pebRangeKey(prefix byte, shard ShardID, first uint64) []byte {
 	return k
 }
 
+// acquireWrite is acquire for a write: it first reopens the database,
+// with every other call excluded, when an earlier write failed (ENOSPC,
+// EIO): Pebble cannot write again in place (see pebbledb.DB). What was
+// stored before stays; the failed write reported its error.
+func (p *PebbleStore) acquireWrite(op string) (func(), error) {
+	if p.db.Failed() != nil {
+		p.mu.Lock()
+		if !p.closed && p.db.Failed() != nil {
+			if err := p.db.Reopen(); err != nil {
+				p.mu.Unlock()
+				return nil, fmt.Errorf("lineage: %s: reopen after a failed write: %w", op, err)
+			}
+		}
+		p.mu.Unlock()
+	}
+	return p.acquire(op)
+}
+
 func (p *PebbleStore) acquire(op string) (func(), error) {
 	p.mu.RLock()
 	if p.closed {
@@ -98,7 +116,7 @@ func (p *PebbleStore) PutRange(ctx context.Context, info RangeInfo, data []byte)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lineage: %s: %w", op, err)
 	}
-	release, err := p.acquire(op)
+	release, err := p.acquireWrite(op)
 	if err != nil {
 		return err
 	}
@@ -227,7 +245,7 @@ func (p *PebbleStore) DeleteBefore(ctx context.Context, shard ShardID, firstTick
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lineage: %s: %w", op, err)
 	}
-	release, err := p.acquire(op)
+	release, err := p.acquireWrite(op)
 	if err != nil {
 		return err
 	}
@@ -253,7 +271,7 @@ func (p *PebbleStore) PutMeta(ctx context.Context, name string, value []byte) er
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lineage: %s: %w", op, err)
 	}
-	release, err := p.acquire(op)
+	release, err := p.acquireWrite(op)
 	if err != nil {
 		return err
 	}

@@ -149,7 +149,7 @@ func (o serveOptions) serverTLS(out io.Writer) (*tls.Config, error) {
 
 // worldHandlers are the admin endpoints of the world running (nil while
 // none is).
-func worldHandlers(running func() *world.World) map[string]http.Handler {
+func worldHandlers(running func() *world.World, checks ...func() error) map[string]http.Handler {
 	lineageStore := func() (lineage.Store, func()) {
 		if w := running(); w != nil {
 			return w.LineageStore()
@@ -161,7 +161,7 @@ func worldHandlers(running func() *world.World) map[string]http.Handler {
 		"/lineage/store/": lineage.StoreHandler(lineageStore),
 		"/replay/":        world.ExportHandler(running),
 		"/healthz":        world.HealthHandler(),
-		"/readyz":         world.ReadyHandler(running),
+		"/readyz":         world.ReadyHandler(running, checks...),
 		"/world/hashes":   world.HashesHandler(running),
 	}
 }
@@ -218,7 +218,8 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return err
 	}
 	var worldRef atomic.Pointer[world.World]
-	serveAdmin(ctx, o.adminAddr, reg, log, worldHandlers(worldRef.Load))
+	var storing storingCheck
+	serveAdmin(ctx, o.adminAddr, reg, log, worldHandlers(worldRef.Load, storing.err))
 
 	specDelay := uint64(o.specDelay / (time.Second / broadside.TickRate))
 	if specDelay+16 > world.FrameRing {
@@ -230,18 +231,20 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return err
 	}
 	announceDurability(out, durability)
-	logc, worldc, closeLog, err := openServerLog(ctx, o, durability, log, reg)
+	logc, worldc, logStoring, closeLog, err := openServerLog(ctx, o, durability, log, reg)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
+	storing.set(logStoring)
+	go storing.watch(ctx, log)
 
 	frames := world.NewFrames(game.Shards, game.NewFrame)
 	srv, err := server.New(server.Config{
 		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc, Durability: server.DurabilityOf(durability),
 		Limits: server.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
 		State: broadside.NewStateSource(frames), SpectatorDelay: specDelay,
-		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config,
+		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config, Storing: storing.err,
 	})
 	if err != nil {
 		return err
@@ -312,29 +315,73 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 // migrations, the runners' reads) use two clients: a client keeps a bounded
 // number of append rounds in flight, and under a flood of commands the
 // world's tick markers must not wait behind them.
-func openServerLog(ctx context.Context, o serveOptions, d seq.Durability, log *slog.Logger, reg *prometheus.Registry) (intake, worldLog world.Log, closeAll func(), err error) {
+//
+// storing reports whether the log can store (nil: it can, or it is an
+// external cluster whose nodes report their own health).
+func openServerLog(ctx context.Context, o serveOptions, d seq.Durability, log *slog.Logger, reg *prometheus.Registry) (intake, worldLog world.Log, storing func() error, closeAll func(), err error) {
 	latency := node.AppendLatency(reg)
 	if o.useLog {
 		c, closeC, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{OnAppendLatency: latency})
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		w, closeW, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{})
 		if err != nil {
 			closeC()
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
-		return c, w, func() { closeW(); closeC() }, nil
+		return c, w, nil, func() { closeW(); closeC() }, nil
 	}
 	if err := embedded.CheckRestartable(o.dataDir, d); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	el, err := embedded.Start(ctx, embedded.Options{Dir: filepath.Join(o.dataDir, "log"), Durability: d, OnAppendLatency: latency})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	log.Info("embedded command log", "replicas", el.Local().Replicas(), "shards", el.Local().Layout().Shards, "data", o.dataDir)
-	return el.Log(), el.World(), el.Close, nil
+	return el.Log(), el.World(), el.Storing, el.Close, nil
+}
+
+// storingCheck is whether the command log can store, for /readyz and the
+// game server (which refuses commands busy meanwhile); set once the log
+// is open, nil before (and for an external log).
+type storingCheck struct{ f atomic.Pointer[func() error] }
+
+func (c *storingCheck) set(f func() error) {
+	if f != nil {
+		c.f.Store(&f)
+	}
+}
+
+func (c *storingCheck) err() error {
+	if f := c.f.Load(); f != nil {
+		return (*f)()
+	}
+	return nil
+}
+
+// watch logs one line when the log stops being able to store and one when
+// it can again (the nodes log each failure of their own at their level).
+func (c *storingCheck) watch(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var since time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		switch err := c.err(); {
+		case err != nil && since.IsZero():
+			since = time.Now()
+			log.Error("refusing commands busy: "+err.Error(), "readyz", "not ready")
+		case err == nil && !since.IsZero():
+			log.Info("the command log stores again: accepting commands", "after", time.Since(since).Round(time.Millisecond))
+			since = time.Time{}
+		}
+	}
 }
 
 // serveAdmin serves /metrics and /debug/pprof on addr until ctx ends.

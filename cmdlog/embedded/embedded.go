@@ -53,6 +53,7 @@ type Cluster struct {
 	world   *cmdlog.Client // the world: tick markers, migrations, reads
 	group   *mesh.Group
 	disk    *cmdlog.DiskStorage
+	health  node.StorageHealth
 }
 
 // Start starts a cluster on o.Dir.
@@ -83,7 +84,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	c.lc, err = cmdlog.StartLocal(ctx, cmdlog.LocalConfig{
 		Coordinator: c.coord, Network: c.group, Durability: durability, Logger: quiet,
 		Timing: node.Timing{Tick: 5 * time.Millisecond}, Core: seq.Config{SuspectTicks: 60},
-		NewStorage: c.disk.NewStorage, NewWAL: c.disk.NewWAL,
+		NewStorage: c.disk.NewStorage, NewWAL: c.disk.NewWAL, Health: &c.health,
 	})
 	if err != nil {
 		c.group.Close()
@@ -120,6 +121,12 @@ func (c *Cluster) Close() {
 	c.closeNC()
 	c.nats.Shutdown()
 }
+
+// Storing returns nil while every node of the cluster can store, else why
+// not (e.g. "the command log cannot store (seq 2's WAL: ...: no space left
+// on device)"). The nodes retry with backoff, so it clears by itself once
+// the disk can store again; meanwhile no append completes.
+func (c *Cluster) Storing() error { return c.health.Err() }
 
 // CheckRestartable refuses to restart an embedded log that ran in memory
 // durability: its sequencing replicas kept their state in memory only

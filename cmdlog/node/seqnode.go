@@ -33,6 +33,8 @@ type SeqConfig struct {
 	// Observe, if set, is called after every Ready with the core (for
 	// metrics and tests). It runs on the node goroutine: keep it short.
 	Observe func(*seq.Replica)
+	// Health, if set, lists the replica while its WAL cannot store.
+	Health *StorageHealth
 }
 
 // RunSeq runs a sequencing replica until ctx ends. The replica resumes from
@@ -67,8 +69,11 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: r.Tick, Ready: func() error {
 		rd := r.Ready()
 		if len(rd.Persist) > 0 {
-			if err := cfg.WAL.Append(rd.Persist); err != nil {
-				return fmt.Errorf("seq %d: wal append: %w", cfg.Core.ID, err)
+			// A failed WAL write (ENOSPC, EIO) is retried, not fatal: the
+			// round's acknowledgements wait until the write succeeds.
+			who := fmt.Sprintf("seq %d's WAL", cfg.Core.ID)
+			if err := persistRetrying(ctx, log, cfg.Health, who, func() error { return cfg.WAL.Append(rd.Persist) }); err != nil {
+				return nil // ctx ended: stop without sending what was not stored
 			}
 		}
 		for _, m := range rd.Messages {

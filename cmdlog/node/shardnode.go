@@ -18,10 +18,14 @@ type ShardConfig struct {
 	Logger    *slog.Logger
 	// Observe, if set, is called after every Ready (metrics, tests).
 	Observe func(*shard.Shard)
+	// Health, if set, lists the shard while its store cannot write.
+	Health *StorageHealth
 }
 
-// RunShard runs a shard until ctx ends or its storage fails. Writes of all
-// messages stepped together are applied before any acknowledgement is sent.
+// RunShard runs a shard until ctx ends or a read of its storage fails.
+// Writes of all messages stepped together are applied before any
+// acknowledgement is sent; a failed write (ENOSPC, EIO) is retried with
+// backoff, the acknowledgements held, until it succeeds.
 func RunShard(ctx context.Context, cfg ShardConfig) error {
 	log := cfg.Logger
 	if log == nil {
@@ -37,8 +41,9 @@ func RunShard(ctx context.Context, cfg ShardConfig) error {
 	// can go unnoticed.
 	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: time.Second, Step: s.Step, OnTick: func() {}, Ready: func() error {
 		rd := s.Ready()
-		if err := applyWrites(cfg.Storage, rd.Writes); err != nil {
-			return fmt.Errorf("shard %d: apply: %w", cfg.Core.ID, err)
+		who := fmt.Sprintf("shard %d's store", cfg.Core.ID)
+		if err := persistRetrying(ctx, log, cfg.Health, who, func() error { return applyWrites(cfg.Storage, rd.Writes) }); err != nil {
+			return nil // ctx ended: stop without sending what was not stored
 		}
 		if err := s.Err(); err != nil {
 			return err

@@ -101,10 +101,45 @@ type Pebble struct {
 	dir       string
 	fs        vfs.FS // as passed in Options (nil: the OS)
 
-	mu       sync.Mutex
-	idle     sync.Cond // signalled when inflight drops to 0 after Close began
-	inflight int
-	closed   bool
+	mu        sync.Mutex
+	idle      sync.Cond // signalled when inflight drops (Close, reopen) and when a reopen ends
+	inflight  int
+	closed    bool
+	reopening bool
+}
+
+// beginWrite acquires the store for a write. After a failed write Pebble
+// cannot write again in place (see pebbledb.DB), so the first write after
+// one waits for every other user to leave and reopens the database: the
+// shard node retries the writes that failed, and Set and DeleteRange with
+// the same keys and values are idempotent, so a retry loses nothing.
+func (p *Pebble) beginWrite() error {
+	if err := p.acquire(); err != nil {
+		return err
+	}
+	if p.db.Failed() == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.reopening {
+		p.idle.Wait()
+	}
+	if p.db.Failed() == nil {
+		return nil
+	}
+	p.reopening = true
+	for p.inflight > 1 {
+		p.idle.Wait()
+	}
+	err := p.db.Reopen()
+	p.reopening = false
+	p.idle.Broadcast()
+	if err != nil {
+		p.inflight--
+		return fmt.Errorf("reopen after a failed write: %w", err)
+	}
+	return nil
 }
 
 var _ shard.Storage = (*Pebble)(nil)
@@ -138,6 +173,9 @@ func Open(dir string, opts Options) (*Pebble, error) {
 func (p *Pebble) acquire() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for p.reopening {
+		p.idle.Wait()
+	}
 	if p.closed {
 		return ErrClosed
 	}
@@ -148,7 +186,7 @@ func (p *Pebble) acquire() error {
 func (p *Pebble) release() {
 	p.mu.Lock()
 	p.inflight--
-	if p.closed && p.inflight == 0 {
+	if (p.closed && p.inflight == 0) || (p.reopening && p.inflight == 1) {
 		p.idle.Broadcast()
 	}
 	p.mu.Unlock()
@@ -270,7 +308,7 @@ func (p *Pebble) Meta() (shard.Meta, error) {
 // then Meta, in that order within the batch) and returns when it is as
 // durable as Options.Durability says. An empty w does nothing.
 func (p *Pebble) Apply(w shard.Writes) error {
-	if err := p.acquire(); err != nil {
+	if err := p.beginWrite(); err != nil {
 		return fmt.Errorf("shardstore: apply: %w", err)
 	}
 	defer p.release()
@@ -293,7 +331,7 @@ func (p *Pebble) Apply(w shard.Writes) error {
 // the lot (a shard's round of steps is group-committed). The result is what
 // applying each in turn would give; a crash keeps all of it or none.
 func (p *Pebble) ApplyAll(ws []shard.Writes) error {
-	if err := p.acquire(); err != nil {
+	if err := p.beginWrite(); err != nil {
 		return fmt.Errorf("shardstore: apply: %w", err)
 	}
 	defer p.release()
@@ -318,7 +356,7 @@ var _ shard.BatchApplier = (*Pebble)(nil)
 // ApplyLazy writes ws as one batch without syncing it (shard.Writes.Lazy):
 // it becomes durable with the next synced batch.
 func (p *Pebble) ApplyLazy(ws []shard.Writes) error {
-	if err := p.acquire(); err != nil {
+	if err := p.beginWrite(); err != nil {
 		return fmt.Errorf("shardstore: apply: %w", err)
 	}
 	defer p.release()

@@ -67,8 +67,24 @@ func Open(dir string, opts Options) (*Pebble, error) {
 // Close closes the database.
 func (w *Pebble) Close() error { return w.db.Close() }
 
-// Append makes ops durable, in one synced batch.
-func (w *Pebble) Append(ops []seq.PersistOp) error {
+// Append makes ops durable, in one synced batch. A failed Append stored
+// nothing the caller may count on: the node retries the same ops, which
+// are written under the same keys again (so a batch that was in fact
+// synced before the error is overwritten with itself, not duplicated).
+// After a failed write (ENOSPC, EIO) Pebble cannot write again in place,
+// so the next Append first reopens the database.
+func (w *Pebble) Append(ops []seq.PersistOp) (err error) {
+	if w.db.Failed() != nil {
+		if err := w.db.Reopen(); err != nil {
+			return fmt.Errorf("wal: reopen after a failed write: %w", err)
+		}
+	}
+	first := w.next
+	defer func() {
+		if err != nil {
+			w.next = first
+		}
+	}()
 	b := w.db.NewBatch()
 	defer b.Close()
 	var key [8]byte
@@ -80,7 +96,7 @@ func (w *Pebble) Append(ops []seq.PersistOp) error {
 		}
 		w.next++
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := w.db.Apply(b, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: commit: %w", err)
 	}
 	return nil

@@ -390,6 +390,8 @@ func (b *bot) readResults(st *stats, onDurable func(uint32, uint64), onAck func(
 			st.ackWin.RecordValue(us)
 		case wire.AckRateLimited:
 			st.limited++
+		case wire.AckBusy:
+			st.errors["busy"]++
 		default:
 			st.errors["refused"]++
 		}

@@ -4,15 +4,17 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/cockroachdb/pebble/v2"
 )
 
 // Logger returns a pebble.Logger writing to l (slog.Default() if nil).
 // Routine messages (such as the WALs found on every Open) go to debug
-// level; Fatalf logs and exits the process, as Pebble's contract requires
-// (it calls it when it can no longer tell what is durable).
+// level; Fatalf logs and panics (Pebble's contract: it must not return),
+// with a value DB.Apply recovers: Pebble calls it when a synced commit
+// failed (ENOSPC, EIO), and the caller, told that nothing was stored,
+// reopens the database instead of the process exiting. A Fatalf on one of
+// Pebble's own goroutines still ends the process.
 func Logger(l *slog.Logger) pebble.Logger {
 	if l == nil {
 		l = slog.Default()
@@ -31,6 +33,12 @@ func (p logger) Infof(format string, args ...any) {
 func (p logger) Errorf(format string, args ...any) { p.l.Error(fmt.Sprintf(format, args...)) }
 
 func (p logger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "fatal", true)
-	os.Exit(1)
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "fatal", true)
+	panic(fatalError{msg})
 }
+
+// fatalError is the panic value of Logger's Fatalf.
+type fatalError struct{ msg string }
+
+func (e fatalError) Error() string { return e.msg }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -42,10 +43,36 @@ type Options struct {
 
 // DB is an open Pebble database. Close closes it and releases what Open
 // made for it.
+//
+// Writes go through Apply and Set, which turn Pebble's reactions to a
+// failed write into errors. Pebble v2.1.7 does not survive a failed WAL
+// write or sync in place: a failed synced commit calls Logger.Fatalf
+// (our Logger panics with a value Apply recovers), and its WAL writer
+// keeps the error, so the next commit panics inside the commit pipeline
+// with the pipeline's mutex held (the instance is wedged: even Close
+// would block). So after the first write-path error the instance is
+// failed: Apply and Set refuse to touch it (returning ErrFailed) until the
+// owner calls Reopen, which closes it (or, when wedged, fences it: its
+// files refuse every later write, and its lock is released) and opens
+// the directory afresh. Only what Pebble synced is durable, so a caller
+// that rewrites what failed (the same keys and values) loses nothing.
 type DB struct {
 	*pebble.DB
 	closeFS func()
+	dir     string
+	opts    Options
+	baseFS  vfs.FS
+	g       *guard
+	gone    bool // d.DB is closed (Reopen failed to open a successor)
+
+	mu     sync.Mutex // guards failed and wedged (concurrent writers)
+	failed error      // first failed write of this instance, or nil
+	wedged bool       // the failure left the commit pipeline locked
 }
+
+// ErrFailed is wrapped by the errors of writes refused because an earlier
+// write of the same instance failed: the database must be reopened.
+var ErrFailed = errors.New("pebbledb: an earlier write failed; reopen the database")
 
 // Open opens (creating if needed) the Pebble database in dir. Errors are
 // Pebble's; callers add their context.
@@ -69,23 +96,162 @@ func Open(dir string, opts Options) (*DB, error) {
 			_ = closer.Close()
 		}
 	}
-	db, err := pebble.Open(dir, &pebble.Options{
-		FS:                 fs,
-		CacheSize:          opts.CacheSize,
-		MemTableSize:       opts.MemTableSize,
-		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             Logger(logger),
-	})
-	if err != nil {
+	d := &DB{closeFS: closeFS, dir: dir, opts: opts, baseFS: fs}
+	if err := d.open(false); err != nil {
 		closeFS()
 		return nil, err
 	}
-	return &DB{DB: db, closeFS: closeFS}, nil
+	return d, nil
+}
+
+func (d *DB) open(readOnly bool) error {
+	logger := d.opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("component", d.opts.Component, "dir", d.dir)
+	g := &guard{}
+	db, err := pebble.Open(d.dir, &pebble.Options{
+		FS:                 guardFS{FS: d.baseFS, g: g},
+		CacheSize:          d.opts.CacheSize,
+		MemTableSize:       d.opts.MemTableSize,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             Logger(logger),
+		ReadOnly:           readOnly,
+	})
+	if err != nil {
+		g.fence()
+		return err
+	}
+	d.mu.Lock()
+	d.DB, d.g, d.failed, d.wedged, d.gone = db, g, nil, false, false
+	if readOnly {
+		d.failed = ErrFailed // writes reopen read-write first
+	}
+	d.mu.Unlock()
+	return nil
+}
+
+// Failed returns the error that made this instance unusable for writes
+// (a failed commit, or any write-path error its files saw, such as
+// ENOSPC while flushing a memtable), or nil.
+func (d *DB) Failed() error {
+	d.mu.Lock()
+	failed := d.failed
+	d.mu.Unlock()
+	if failed != nil {
+		return failed
+	}
+	return d.g.Fault()
+}
+
+func (d *DB) fail(err error, wedged bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failed == nil {
+		d.failed = err
+	}
+	d.wedged = d.wedged || wedged
+}
+
+// Apply commits b like pebble.DB.Apply, returning Pebble's fatal commit
+// errors and commit-pipeline panics as errors (the instance is then
+// failed). The caller must not use the database concurrently with a
+// failing Apply and Reopen (readers between them are fine).
+func (d *DB) Apply(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
+	if f := d.Failed(); f != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, f)
+	}
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		switch v := r.(type) {
+		case fatalError:
+			err = v
+			if f := d.g.Fault(); f != nil {
+				err = fmt.Errorf("pebble: commit failed: %w", f) // v repeats f's text
+			}
+			d.fail(err, false)
+		case error:
+			err = v
+			d.fail(err, true)
+		default:
+			panic(r)
+		}
+	}()
+	if err := d.DB.Apply(b, opts); err != nil {
+		d.fail(err, false)
+		return err
+	}
+	return nil
+}
+
+// Set writes one key like pebble.DB.Set, through Apply.
+func (d *DB) Set(key, value []byte, opts *pebble.WriteOptions) error {
+	b := d.DB.NewBatch()
+	defer b.Close()
+	if err := b.Set(key, value, nil); err != nil {
+		return err
+	}
+	return d.Apply(b, opts)
+}
+
+// Reopen gives up the current instance and opens the directory again;
+// nothing else may use the database meanwhile (readers included: their
+// iterators would outlive the instance). When the directory cannot be
+// opened for writing (the disk is still full), it is opened read-only, so
+// that what is stored stays readable, the database stays failed and
+// Reopen returns the error: call it again later.
+func (d *DB) Reopen() error {
+	d.mu.Lock()
+	wedged := d.wedged
+	if d.failed == nil {
+		d.failed = ErrFailed
+	}
+	d.mu.Unlock()
+	if !d.gone {
+		if !wedged {
+			func() {
+				defer func() { _ = recover() }() // a failed WAL writer may complain on close
+				_ = d.DB.Close()
+			}()
+		}
+		d.g.fence()
+		d.gone = true
+	}
+	err := d.open(false)
+	if err != nil && d.open(true) == nil {
+		d.mu.Lock()
+		d.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+		d.mu.Unlock()
+	}
+	return err
 }
 
 // Close closes the database, then the file system wrapper Open made.
 func (d *DB) Close() error {
-	err := d.DB.Close()
+	var err error
+	d.mu.Lock()
+	wedged := d.wedged
+	d.mu.Unlock()
+	switch {
+	case d.gone:
+	case wedged:
+		d.g.fence()
+	default:
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("pebbledb: close: %v", r)
+				}
+			}()
+			err = d.DB.Close()
+		}()
+		d.g.fence()
+	}
+	d.gone = true
 	d.closeFS()
 	return err
 }

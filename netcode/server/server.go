@@ -110,6 +110,13 @@ type Config struct {
 	MaxSpectators int
 	// HandshakeTimeout bounds the wait for Hello (default 5s).
 	HandshakeTimeout time.Duration
+	// Storing, if set, tells whether the log can store now; while it
+	// returns an error (a full or failing disk under the log), commands
+	// are refused busy (wire.AckBusy) without being appended, so that
+	// players learn at once instead of waiting on an append that cannot
+	// finish, and their connections stay open. Commands appended before
+	// are acknowledged only if and when their append succeeds.
+	Storing func() error
 	// Now is the clock for token expiry and rate limits (default time.Now).
 	Now      func() time.Time
 	Logger   *slog.Logger
@@ -416,6 +423,13 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 			s.metrics.commands.WithLabelValues("rate_limited").Inc()
 			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: v.Refusal}))
 			continue
+		}
+		if s.cfg.Storing != nil {
+			if err := s.cfg.Storing(); err != nil {
+				s.metrics.commands.WithLabelValues("busy").Inc()
+				sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: wire.AckBusy}))
+				continue
+			}
 		}
 		// Count the command in flight before looking at draining: Drain
 		// sets draining, then waits for inflight to reach 0, so either it

@@ -89,17 +89,21 @@ const (
 	// sequencing replica but not fsynced (a log in memory durability):
 	// it survives a replica crash, not the loss of all of them at once.
 	AckReplicated = AckStatus(fb.AckStatusReplicated)
+	// AckBusy: refused, not stored, because the log cannot store now (a
+	// full or failing disk); the connection stays open and the client may
+	// send the command again later (with a new sequence number).
+	AckBusy = AckStatus(fb.AckStatusBusy)
 )
 
 // Valid reports whether s is a status of this protocol version.
-func (s AckStatus) Valid() bool { return s <= AckReplicated }
+func (s AckStatus) Valid() bool { return s <= AckBusy }
 
 // Stored reports whether s says the command is in the log (durable or
 // replicated), as opposed to refused.
 func (s AckStatus) Stored() bool { return s == AckDurable || s == AckReplicated }
 
 // String returns the status as reports print it: durable, replicated,
-// invalid, rate_limited, or AckStatus(n) for an unknown n.
+// invalid, rate_limited, busy, or AckStatus(n) for an unknown n.
 func (s AckStatus) String() string {
 	switch s {
 	case AckDurable:
@@ -110,6 +114,8 @@ func (s AckStatus) String() string {
 		return "invalid"
 	case AckRateLimited:
 		return "rate_limited"
+	case AckBusy:
+		return "busy"
 	}
 	return fmt.Sprintf("AckStatus(%d)", uint8(s))
 }

@@ -58,8 +58,11 @@ func TestAckStatuses(t *testing.T) {
 	if AckReplicated.String() != "replicated" || AckDurable.String() != "durable" || !AckReplicated.Stored() || AckRateLimited.Stored() {
 		t.Fatalf("statuses: %s %s", AckReplicated, AckDurable)
 	}
-	if AckStatus(4).Valid() {
-		t.Fatal("status 4 is not in the schema")
+	if AckBusy.Stored() || AckBusy.String() != "busy" {
+		t.Fatalf("busy: stored %v, %s", AckBusy.Stored(), AckBusy)
+	}
+	if AckStatus(5).Valid() {
+		t.Fatal("status 5 is not in the schema")
 	}
 }
 

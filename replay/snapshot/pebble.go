@@ -76,6 +76,26 @@ func shardEnd(prefix byte, shard uint32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{prefix}, shard+1)
 }
 
+// reopenIfFailed reopens the database, with every other call excluded,
+// when an earlier write failed (ENOSPC, EIO): Pebble cannot write again in
+// place (see pebbledb.DB). What was stored before stays; the failed write
+// stored nothing the caller counts on (Put reported an error, and a
+// snapshot that failed is simply not one of the shard's snapshots).
+func (s *PebbleStore) reopenIfFailed() error {
+	if s.db.Failed() == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.db.Failed() == nil {
+		return nil
+	}
+	if err := s.db.Reopen(); err != nil {
+		return fmt.Errorf("snapshot: reopen after a failed write: %w", err)
+	}
+	return nil
+}
+
 func (s *PebbleStore) enter() error {
 	s.mu.RLock()
 	if s.closed {
@@ -90,6 +110,9 @@ func (s *PebbleStore) Put(ctx context.Context, meta Meta, snapshot []byte) error
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := s.reopenIfFailed(); err != nil {
+		return err
+	}
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -102,7 +125,7 @@ func (s *PebbleStore) Put(ctx context.Context, meta Meta, snapshot []byte) error
 	if err := b.Set(key(prefixData, meta.Shard, meta.Tick), snapshot, nil); err != nil {
 		return fmt.Errorf("snapshot: put shard %d tick %d: %w", meta.Shard, meta.Tick, err)
 	}
-	if err := b.Commit(s.wo); err != nil {
+	if err := s.db.Apply(b, s.wo); err != nil {
 		return fmt.Errorf("snapshot: put shard %d tick %d: %w", meta.Shard, meta.Tick, err)
 	}
 	return nil
@@ -164,6 +187,9 @@ func (s *PebbleStore) DeleteRange(ctx context.Context, shard uint32, from, to ui
 	if from >= to {
 		return nil
 	}
+	if err := s.reopenIfFailed(); err != nil {
+		return err
+	}
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -175,7 +201,7 @@ func (s *PebbleStore) DeleteRange(ctx context.Context, shard uint32, from, to ui
 			return fmt.Errorf("snapshot: delete shard %d ticks [%d, %d): %w", shard, from, to, err)
 		}
 	}
-	if err := b.Commit(s.wo); err != nil {
+	if err := s.db.Apply(b, s.wo); err != nil {
 		return fmt.Errorf("snapshot: delete shard %d ticks [%d, %d): %w", shard, from, to, err)
 	}
 	return nil

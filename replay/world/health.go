@@ -22,6 +22,15 @@ func HealthHandler() http.Handler {
 func ReadyHandler(world func() *World, checks ...func() error) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		// The checks come first: they are cheap and name the cause (a
+		// log that cannot store does not answer the world's probe
+		// either, which would only say that it does not answer).
+		for _, c := range checks {
+			if err := c(); err != nil {
+				http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		w := world()
 		if w == nil {
 			http.Error(rw, "not ready: the world is not running (starting, or stopped)", http.StatusServiceUnavailable)
@@ -30,12 +39,6 @@ func ReadyHandler(world func() *World, checks ...func() error) http.Handler {
 		if err := w.Ready(r.Context()); err != nil {
 			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
-		}
-		for _, c := range checks {
-			if err := c(); err != nil {
-				http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
 		}
 		fmt.Fprintf(rw, "ready: tick %d, %d sectors live\n", w.Tick(), w.cfg.Game.Shards)
 	})

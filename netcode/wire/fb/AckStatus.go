@@ -11,6 +11,7 @@ const (
 	AckStatusInvalid     AckStatus = 1
 	AckStatusRateLimited AckStatus = 2
 	AckStatusReplicated  AckStatus = 3
+	AckStatusBusy        AckStatus = 4
 )
 
 var EnumNamesAckStatus = map[AckStatus]string{
@@ -18,6 +19,7 @@ var EnumNamesAckStatus = map[AckStatus]string{
 	AckStatusInvalid:     "Invalid",
 	AckStatusRateLimited: "RateLimited",
 	AckStatusReplicated:  "Replicated",
+	AckStatusBusy:        "Busy",
 }
 
 var EnumValuesAckStatus = map[string]AckStatus{
@@ -25,6 +27,7 @@ var EnumValuesAckStatus = map[string]AckStatus{
 	"Invalid":     AckStatusInvalid,
 	"RateLimited": AckStatusRateLimited,
 	"Replicated":  AckStatusReplicated,
+	"Busy":        AckStatusBusy,
 }
 
 func (v AckStatus) String() string {

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDiskFullRealProcess runs 'broadside serve' with its --data on a
+// small tmpfs while bots play, fills the file system, and checks that the
+// server refuses commands busy (the bots' connections stay open: no
+// reconnection is needed), that /readyz says why, that it resumes by
+// itself when space is freed, and that every command acknowledged before,
+// during and after is in the log exactly once. It needs root (mount); it
+// skips with a message otherwise. make test prints its diskfull line.
+func TestDiskFullRealProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a process test")
+	}
+	r := newCrashRig(t)
+	data := filepath.Join(r.dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", data).CombinedOutput(); err != nil {
+		t.Skipf("diskfull: skipped: cannot mount a small tmpfs (needs root): %v %s", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", data).Run() })
+	start := time.Now()
+	cmd, logf, dead := r.start()
+	r.waitReady(start)
+	ctx, stopBots := context.WithCancel(context.Background())
+	defer stopBots()
+	done := r.play(ctx, 4)
+	time.Sleep(2 * time.Second)
+
+	// Fill the file system.
+	filler := filepath.Join(data, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling: %v", err)
+			}
+			break
+		}
+	}
+	f.Close()
+	filled := time.Now()
+	var why string
+	for {
+		ok, w := r.ready()
+		if !ok && strings.Contains(w, "cannot store") {
+			why = w
+			break
+		}
+		if time.Since(filled) > 30*time.Second {
+			t.Fatalf("/readyz 30 s after the disk filled: %q", w)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("readyz while full: %s", why)
+	time.Sleep(3 * time.Second) // the bots keep sending: refused busy
+	if ok, w := r.ready(); ok || !strings.Contains(w, "cannot store") {
+		t.Fatalf("/readyz still full: %v %q", ok, w)
+	}
+	r.mu.Lock()
+	ackedFull := r.ackedN
+	r.mu.Unlock()
+
+	// Free space: the server resumes by itself.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	for {
+		if ok, _ := r.ready(); ok {
+			break
+		}
+		if time.Since(freed) > 30*time.Second {
+			_, w := r.ready()
+			t.Fatalf("not ready 30 s after space was freed: %s", w)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resumed := time.Since(freed)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r.mu.Lock()
+		n := r.ackedN
+		r.mu.Unlock()
+		if n > ackedFull+20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("commands not acknowledged again after space was freed (%d acks, %d when full)", n, ackedFull)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	stopBots()
+	rep := done()
+	select {
+	case <-dead:
+		b, _ := os.ReadFile(logf.Name())
+		t.Fatalf("the server exited:\n%s", b)
+	default:
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-dead
+	lost, dup, _ := r.checkLog()
+	busy := rep.Errors["busy"]
+	logText, _ := os.ReadFile(logf.Name())
+	shown := 0
+	for _, line := range strings.Split(string(logText), "\n") {
+		if shown < 30 && (strings.Contains(line, "level=ERROR") || strings.Contains(line, "level=WARN") || strings.Contains(line, "stores again")) {
+			t.Logf("server: %.300s", line)
+			shown++
+		}
+	}
+	switch {
+	case busy == 0:
+		t.Errorf("no command was refused busy while the disk was full (report %+v)", rep.Errors)
+	case rep.Reconnects > 0:
+		t.Errorf("%d reconnections: the full disk dropped connections", rep.Reconnects)
+	case lost+dup > 0:
+		t.Errorf("%d acknowledged commands not in the log, %d twice", lost, dup)
+	case !strings.Contains(string(logText), "refusing commands busy") || !strings.Contains(string(logText), "stores again"):
+		t.Errorf("the server's log does not say it refused and resumed:\n%s", logText)
+	}
+	fmt.Printf("diskfull: %d refused busy, %d acknowledged unstored, %d acknowledged in all (%d before space was freed), resumed after %.1fs\n",
+		busy, lost, len(r.acked), ackedFull, resumed.Seconds())
+}

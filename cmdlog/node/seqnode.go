@@ -13,7 +13,9 @@ import (
 
 // WAL is a sequencing replica's write-ahead log. Append makes ops durable
 // (synced) before it returns; Load returns every op appended so far, in
-// order. In memory durability only PersistStartView ops are written.
+// order, except that it may leave out everything before the newest
+// PersistCheckpoint (which the replica's recovery does not need). In
+// memory durability only PersistStartView ops are written.
 type WAL interface {
 	Append(ops []seq.PersistOp) error
 	Load() ([]seq.PersistOp, error)
@@ -56,8 +58,11 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 	} else {
 		var last uint64
 		for _, op := range ops {
-			if op.Kind == seq.PersistStartView {
+			switch {
+			case op.Kind == seq.PersistStartView:
 				last = max(last, op.View.Number)
+			case op.Kind == seq.PersistCheckpoint && op.Checkpoint != nil:
+				last = max(last, op.Checkpoint.View.Number)
 			}
 		}
 		r = seq.New(cfg.Core, last)
@@ -108,9 +113,15 @@ func durabilityName(d seq.Durability) string {
 // "crash" of the replica keeps the process and so its WAL).
 type MemWAL struct{ ops []seq.PersistOp }
 
-// Append records ops.
+// Append records ops, dropping what precedes a checkpoint among them.
 func (w *MemWAL) Append(ops []seq.PersistOp) error {
 	w.ops = append(w.ops, ops...)
+	for i := len(w.ops) - 1; i >= len(w.ops)-len(ops) && i > 0; i-- {
+		if w.ops[i].Kind == seq.PersistCheckpoint {
+			w.ops = append(w.ops[:0:0], w.ops[i:]...)
+			break
+		}
+	}
 	return nil
 }
 

@@ -50,6 +50,13 @@ type Config struct {
 	// TakeoverTicks: a view change that made no visible progress this long
 	// may be taken over by another surviving replica.
 	TakeoverTicks int
+	// CheckpointRecords: in fsync durability, once this many records were
+	// written to the WAL (appended or GC'd) since the last checkpoint, the
+	// replica persists a PersistCheckpoint, and the driver may delete
+	// every operation before it: the WAL, and so a restart's recovery,
+	// stays bounded however long the log runs. 0 means the default (16384);
+	// negative: never.
+	CheckpointRecords int
 	// Bugs injects known protocol bugs, to prove that the simulator's
 	// checker catches them. Never set outside tests.
 	Bugs Bugs
@@ -67,6 +74,11 @@ type Bugs struct {
 	// log, not the ordered-but-unstable records, so it cannot repair what
 	// an abandoned flush wrote.
 	FlushOnlyUnordered bool
+	// CheckpointForgetsDedup writes checkpoints with the deduplication
+	// marks the view started with instead of the replica's current table,
+	// so a replica recovered from a compacted WAL forgets the records it
+	// stored since, and stores a client's resend of one of them again.
+	CheckpointForgetsDedup bool
 }
 
 func (c *Config) applyDefaults() {
@@ -79,6 +91,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.OrderDelayTicks == 0 && c.Durability == Fsync {
 		c.OrderDelayTicks = 1
+	}
+	if c.CheckpointRecords == 0 {
+		c.CheckpointRecords = 16384
 	}
 	if c.HeartbeatTicks <= 0 {
 		c.HeartbeatTicks = 2
@@ -108,14 +123,41 @@ const (
 	PersistGC
 	// PersistSeal: the current view was sealed (fsync mode).
 	PersistSeal
+	// PersistCheckpoint: the replica's whole recoverable state (fsync
+	// mode). Recover starts over from it, so the driver may delete every
+	// operation before the newest checkpoint (in the same synced write
+	// that stores it, or later).
+	PersistCheckpoint
 )
 
 // PersistOp is one write-ahead log operation.
 type PersistOp struct {
-	Kind    PersistKind
-	View    msg.ViewRecord // PersistStartView
-	Records []msg.Record   // PersistRecords
-	GC      msg.GC         // PersistGC
+	Kind       PersistKind
+	View       msg.ViewRecord // PersistStartView
+	Records    []msg.Record   // PersistRecords
+	GC         msg.GC         // PersistGC
+	Checkpoint *Checkpoint    // PersistCheckpoint
+}
+
+// Checkpoint is what recovery needs of every WAL operation before it: a
+// replica recovered from a WAL that starts at a checkpoint is in the state
+// that replaying the whole WAL gives, except that positions up to StableGP,
+// which never change, are no longer held (so a view change does not
+// rewrite them).
+type Checkpoint struct {
+	// View is the last view the replica started.
+	View   msg.ViewRecord
+	Sealed bool
+	// Dedup marks every record id the replica stored (cmdlog/dedup): a
+	// client's resend of any of them is still recognised after a restart.
+	Dedup         []msg.ClientMark
+	LastOrderedGP uint64
+	// StableGP: positions up to it are stable (durable on the shards).
+	StableGP uint64
+	// Ordered are the ordered entries at StableGP+1..LastOrderedGP.
+	Ordered []msg.Entry
+	// Unordered is the unordered log, in arrival order.
+	Unordered []msg.Record
 }
 
 // Ready is the work a Replica asks its driver to do: make Persist durable,

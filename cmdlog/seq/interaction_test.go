@@ -14,7 +14,9 @@ package seq_test
 //
 // Commands:
 //
-//	bootstrap replicas=3 shards=2 [stripe=N] [durability=fsync] [batch=N] [suspect=N]
+//	bootstrap replicas=3 shards=2 [stripe=N] [durability=fsync] [batch=N] [suspect=N] [checkpoint=N]
+//	                                     (checkpoint: Config.CheckpointRecords; default: none in a script;
+//	                                     a replica's WAL drops what precedes a checkpoint, as cmdlog/wal does)
 //	append client=C ids=1,2,3 [to=1,2]   an Append from client C to the replicas (default: the view)
 //	deliver [to=X] [from=X] [kind=K] [n=N]
 //	                                     deliver queued messages that match, in order, then run every
@@ -152,6 +154,17 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 				fmt.Fprintf(&h.out, "gc %d..%d %s\n", op.GC.FromGP, op.GC.ToGP, ids(op.GC.IDs))
 			case seq.PersistSeal:
 				fmt.Fprintf(&h.out, "seal\n")
+			case seq.PersistCheckpoint:
+				cp := op.Checkpoint
+				var ord, unord []msg.RecordID
+				for _, e := range cp.Ordered {
+					ord = append(ord, e.Record.ID)
+				}
+				for _, rec := range cp.Unordered {
+					unord = append(unord, rec.ID)
+				}
+				fmt.Fprintf(&h.out, "checkpoint view %d sealed=%v last-ordered-gp %d stable-gp %d dedup %v ordered %s unordered %s\n",
+					cp.View.Number, cp.Sealed, cp.LastOrderedGP, cp.StableGP, cp.Dedup, ids(ord), ids(unord))
 			}
 		}
 	default:
@@ -167,7 +180,8 @@ func (h *harness) bootstrap(t *testing.T, d *datadriven.TestData) {
 		id := msg.NodeID(101 + i)
 		h.layout.Shards = append(h.layout.Shards, id)
 	}
-	h.cfg = seq.Config{Layout: h.layout, BatchSize: intArg(t, d, "batch", 0), SuspectTicks: intArg(t, d, "suspect", 0)}
+	h.cfg = seq.Config{Layout: h.layout, BatchSize: intArg(t, d, "batch", 0), SuspectTicks: intArg(t, d, "suspect", 0),
+		CheckpointRecords: intArg(t, d, "checkpoint", -1)}
 	if d.HasArg("durability") {
 		var v string
 		d.ScanArgs(t, "durability", &v)
@@ -329,6 +343,9 @@ func (h *harness) ready(r *replicaNode) {
 			r.lastStartedView = max(r.lastStartedView, op.View.Number)
 		}
 		r.wal = append(r.wal, op)
+		if op.Kind == seq.PersistCheckpoint {
+			r.wal = append(r.wal[:0:0], op)
+		}
 	}
 	h.queue = append(h.queue, rd.Messages...)
 	for _, v := range r.core.Violations() {

@@ -82,6 +82,10 @@ type Replica struct {
 	// View change run by this replica (flusher), nil if none.
 	flush *flushState
 
+	// walSince counts the records (and other operations) persisted since
+	// the last checkpoint (Config.CheckpointRecords).
+	walSince int
+
 	ready      Ready
 	violations []string
 
@@ -116,10 +120,17 @@ func New(cfg Config, lastStartedView uint64) *Replica {
 
 // Recover rebuilds a replica from its write-ahead log (fsync mode). The
 // replica resumes the last view it started with the records it persisted.
+// The WAL may start at any checkpoint (the operations before it deleted).
 func Recover(cfg Config, wal []PersistOp) *Replica {
 	r := New(cfg, 0)
 	for _, op := range wal {
+		r.walSince += opWeight(op)
 		switch op.Kind {
+		case PersistCheckpoint:
+			if op.Checkpoint != nil {
+				r.restore(*op.Checkpoint)
+			}
+			r.walSince = 0
 		case PersistStartView:
 			r.lastStartedView = op.View.Number
 			if cfg.Durability == Fsync {
@@ -199,6 +210,7 @@ func (r *Replica) Violations() []string {
 // Ready returns the accumulated work and resets it.
 func (r *Replica) Ready() Ready {
 	r.leaderReady()
+	r.maybeCheckpoint()
 	rd := r.ready
 	r.ready = Ready{}
 	return rd
@@ -210,6 +222,58 @@ func (r *Replica) send(to msg.NodeID, m msg.Message) {
 
 func (r *Replica) persist(op PersistOp) {
 	r.ready.Persist = append(r.ready.Persist, op)
+	r.walSince += opWeight(op)
+}
+
+// opWeight is what an operation counts towards Config.CheckpointRecords.
+func opWeight(op PersistOp) int {
+	return 1 + len(op.Records) + len(op.GC.IDs)
+}
+
+// Checkpoint returns the replica's recoverable state now: what a
+// PersistCheckpoint written now would hold. Tests compare recoveries with
+// it.
+func (r *Replica) Checkpoint() Checkpoint {
+	return Checkpoint{
+		View:          r.view.Clone(),
+		Sealed:        r.sealed,
+		Dedup:         r.dedup.Marks(),
+		LastOrderedGP: r.lastOrderedGP,
+		StableGP:      r.stableGP,
+		Ordered:       slices.Clone(r.ordered),
+		Unordered:     slices.Clone(r.log),
+	}
+}
+
+// maybeCheckpoint persists a checkpoint once enough was written since the
+// last one, at a point where the replica's memory is what replaying its
+// WAL gives: a member of the view it last started, not running a view
+// change (a replica removed from its view resets its memory without
+// logging it).
+func (r *Replica) maybeCheckpoint() {
+	if r.cfg.Durability != Fsync || r.cfg.CheckpointRecords < 0 || r.walSince < r.cfg.CheckpointRecords ||
+		r.role == RoleNone || r.flush != nil || r.view.Number != r.lastStartedView {
+		return
+	}
+	cp := r.Checkpoint()
+	if r.cfg.Bugs.CheckpointForgetsDedup {
+		cp.Dedup = r.view.Clone().Dedup
+	}
+	r.persist(PersistOp{Kind: PersistCheckpoint, Checkpoint: &cp})
+	r.walSince = 0
+}
+
+// restore resets the replica to a checkpoint (Recover).
+func (r *Replica) restore(cp Checkpoint) {
+	r.lastStartedView = cp.View.Number
+	r.resetToView(cp.View, 0)
+	r.sealed = cp.Sealed
+	r.dedup = dedup.FromMarks(cp.Dedup)
+	r.lastOrderedGP = cp.LastOrderedGP
+	r.nextGP = cp.LastOrderedGP
+	r.stableGP = cp.StableGP
+	r.ordered = slices.Clone(cp.Ordered)
+	r.log = slices.Clone(cp.Unordered)
 }
 
 func (r *Replica) violate(format string, args ...any) {

@@ -4,6 +4,12 @@
 // returns them in order after a restart. In memory durability the replica
 // only logs which views it started; in fsync durability it logs records,
 // GCs and seals too, and acknowledges appends only after Append returned.
+//
+// A checkpoint (seq.PersistCheckpoint) holds everything the replica's
+// recovery needs of the operations before it, so Append deletes them, by
+// one range deletion in the checkpoint's own synced batch: the WAL holds
+// the newest checkpoint and what followed it, and Load's work stays bounded
+// however long the log has run.
 package wal
 
 import (
@@ -29,9 +35,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Pebble is a WAL stored in a Pebble database.
 type Pebble struct {
-	db   *pebbledb.DB
-	next uint64
-	buf  []byte
+	db *pebbledb.DB
+	// first is the key of the oldest operation kept (the newest
+	// checkpoint, once there is one); next the key the next one gets.
+	first, next uint64
+	buf         []byte
 }
 
 // Options configure Open.
@@ -48,7 +56,7 @@ func Open(dir string, opts Options) (*Pebble, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
 	}
-	w := &Pebble{db: db, next: 1}
+	w := &Pebble{db: db, first: 1, next: 1}
 	it, err := db.NewIter(nil)
 	if err != nil {
 		db.Close()
@@ -56,6 +64,9 @@ func Open(dir string, opts Options) (*Pebble, error) {
 	}
 	if it.Last() && len(it.Key()) == 8 {
 		w.next = binary.BigEndian.Uint64(it.Key()) + 1
+	}
+	if it.First() && len(it.Key()) == 8 {
+		w.first = binary.BigEndian.Uint64(it.Key())
 	}
 	if err := it.Close(); err != nil {
 		db.Close()
@@ -67,38 +78,52 @@ func Open(dir string, opts Options) (*Pebble, error) {
 // Close closes the database.
 func (w *Pebble) Close() error { return w.db.Close() }
 
-// Append makes ops durable, in one synced batch. A failed Append stored
-// nothing the caller may count on: the node retries the same ops, which
-// are written under the same keys again (so a batch that was in fact
-// synced before the error is overwritten with itself, not duplicated).
-// After a failed write (ENOSPC, EIO) Pebble cannot write again in place,
-// so the next Append first reopens the database.
+// Append makes ops durable, in one synced batch. If ops hold a
+// checkpoint, the same batch deletes every operation before the newest one.
+// A failed Append stored nothing the caller may count on: the node retries
+// the same ops, which are written under the same keys again (so a batch
+// that was in fact synced before the error is overwritten with itself, not
+// duplicated). After a failed write (ENOSPC, EIO) Pebble cannot write again
+// in place, so the next Append first reopens the database.
 func (w *Pebble) Append(ops []seq.PersistOp) (err error) {
 	if w.db.Failed() != nil {
 		if err := w.db.Reopen(); err != nil {
 			return fmt.Errorf("wal: reopen after a failed write: %w", err)
 		}
 	}
-	first := w.next
+	startNext := w.next
 	defer func() {
 		if err != nil {
-			w.next = first
+			w.next = startNext
 		}
 	}()
 	b := w.db.NewBatch()
 	defer b.Close()
 	var key [8]byte
+	first := w.first
 	for _, op := range ops {
 		w.buf = encodeOp(w.buf[:0], op)
 		binary.BigEndian.PutUint64(key[:], w.next)
 		if err := b.Set(key[:], w.buf, nil); err != nil {
 			return fmt.Errorf("wal: append: %w", err)
 		}
+		if op.Kind == seq.PersistCheckpoint {
+			first = w.next
+		}
 		w.next++
+	}
+	if first > w.first {
+		var from [8]byte
+		binary.BigEndian.PutUint64(from[:], w.first)
+		binary.BigEndian.PutUint64(key[:], first)
+		if err := b.DeleteRange(from[:], key[:], nil); err != nil {
+			return fmt.Errorf("wal: delete before checkpoint: %w", err)
+		}
 	}
 	if err := w.db.Apply(b, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: commit: %w", err)
 	}
+	w.first = first
 	return nil
 }
 
@@ -135,6 +160,8 @@ func encodeOp(dst []byte, op seq.PersistOp) []byte {
 		dst = codec.Encode(dst, msg.Append{Records: op.Records})
 	case seq.PersistGC:
 		dst = codec.Encode(dst, op.GC)
+	case seq.PersistCheckpoint:
+		dst = encodeCheckpoint(dst, op.Checkpoint)
 	}
 	binary.BigEndian.PutUint32(dst, crc32.Checksum(dst[4:], castagnoli))
 	return dst
@@ -149,6 +176,18 @@ func DecodeOp(b []byte) (seq.PersistOp, error) {
 		return seq.PersistOp{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
 	op := seq.PersistOp{Kind: seq.PersistKind(b[4])}
+	if op.Kind == seq.PersistCheckpoint {
+		cp, err := decodeCheckpoint(b[5:])
+		if err != nil {
+			return seq.PersistOp{}, err
+		}
+		op.Checkpoint = cp
+		// One encoding per checkpoint (the chunking is the encoder's).
+		if string(encodeCheckpoint(nil, cp)) != string(b[5:]) {
+			return seq.PersistOp{}, fmt.Errorf("%w: checkpoint not in canonical form", ErrCorrupt)
+		}
+		return op, nil
+	}
 	if op.Kind == seq.PersistSeal {
 		if len(b) != 5 {
 			return seq.PersistOp{}, fmt.Errorf("%w: seal with payload", ErrCorrupt)
@@ -177,4 +216,117 @@ func DecodeOp(b []byte) (seq.PersistOp, error) {
 		}
 	}
 	return seq.PersistOp{}, fmt.Errorf("%w: kind %d holds %s", ErrCorrupt, op.Kind, m.Kind())
+}
+
+// A checkpoint is encoded as: sealed (1 byte), last-ordered-gp and
+// stable-gp (8 bytes each, big-endian), then frames of cmdlog/codec, each
+// a tag (1 byte) and a length (4 bytes): the view (a StartView), then the
+// dedup marks (StartViews holding only marks), the ordered entries
+// (Stores) and the unordered records (Appends), each list in chunks that
+// stay inside the codec's limits.
+const (
+	tagView      = 'v'
+	tagDedup     = 'd'
+	tagOrdered   = 'o'
+	tagUnordered = 'u'
+
+	chunkItems = 8192
+	chunkBytes = 4 << 20
+)
+
+func encodeCheckpoint(dst []byte, cp *seq.Checkpoint) []byte {
+	if cp == nil {
+		cp = &seq.Checkpoint{}
+	}
+	sealed := byte(0)
+	if cp.Sealed {
+		sealed = 1
+	}
+	dst = append(dst, sealed)
+	dst = binary.BigEndian.AppendUint64(dst, cp.LastOrderedGP)
+	dst = binary.BigEndian.AppendUint64(dst, cp.StableGP)
+	frame := func(dst []byte, tag byte, m msg.Message) []byte {
+		dst = append(dst, tag, 0, 0, 0, 0)
+		at := len(dst)
+		dst = codec.Encode(dst, m)
+		binary.BigEndian.PutUint32(dst[at-4:], uint32(len(dst)-at))
+		return dst
+	}
+	dst = frame(dst, tagView, msg.StartView{View: cp.View})
+	for marks := cp.Dedup; len(marks) > 0; {
+		n, items := 0, 0
+		for n < len(marks) && n < chunkItems/2 && (n == 0 || items+len(marks[n].Above) <= chunkItems) {
+			items += len(marks[n].Above)
+			n++
+		}
+		dst = frame(dst, tagDedup, msg.StartView{View: msg.ViewRecord{Dedup: marks[:n]}})
+		marks = marks[n:]
+	}
+	for es := cp.Ordered; len(es) > 0; {
+		n, bytes := 0, 0
+		for n < len(es) && n < chunkItems && (n == 0 || bytes+len(es[n].Record.Data) <= chunkBytes) {
+			bytes += len(es[n].Record.Data)
+			n++
+		}
+		dst = frame(dst, tagOrdered, msg.Store{Entries: es[:n]})
+		es = es[n:]
+	}
+	for rs := cp.Unordered; len(rs) > 0; {
+		n, bytes := 0, 0
+		for n < len(rs) && n < chunkItems && (n == 0 || bytes+len(rs[n].Data) <= chunkBytes) {
+			bytes += len(rs[n].Data)
+			n++
+		}
+		dst = frame(dst, tagUnordered, msg.Append{Records: rs[:n]})
+		rs = rs[n:]
+	}
+	return dst
+}
+
+func decodeCheckpoint(b []byte) (*seq.Checkpoint, error) {
+	if len(b) < 17 || b[0] > 1 {
+		return nil, fmt.Errorf("%w: checkpoint header", ErrCorrupt)
+	}
+	cp := &seq.Checkpoint{Sealed: b[0] == 1, LastOrderedGP: binary.BigEndian.Uint64(b[1:]), StableGP: binary.BigEndian.Uint64(b[9:])}
+	b = b[17:]
+	for i := 0; len(b) > 0; i++ {
+		if len(b) < 5 {
+			return nil, fmt.Errorf("%w: checkpoint frame header", ErrCorrupt)
+		}
+		tag, n := b[0], binary.BigEndian.Uint32(b[1:])
+		if uint64(n) > uint64(len(b)-5) {
+			return nil, fmt.Errorf("%w: checkpoint frame of %d bytes", ErrCorrupt, n)
+		}
+		if (i == 0) != (tag == tagView) {
+			return nil, fmt.Errorf("%w: checkpoint frame %d tagged %q", ErrCorrupt, i, tag)
+		}
+		m, err := codec.Decode(b[5 : 5+n])
+		if err != nil {
+			return nil, fmt.Errorf("%w: checkpoint frame %d: %v", ErrCorrupt, i, err)
+		}
+		b = b[5+n:]
+		switch v := m.(type) {
+		case msg.StartView:
+			switch tag {
+			case tagView:
+				cp.View = v.View
+				continue
+			case tagDedup:
+				cp.Dedup = append(cp.Dedup, v.View.Dedup...)
+				continue
+			}
+		case msg.Store:
+			if tag == tagOrdered {
+				cp.Ordered = append(cp.Ordered, v.Entries...)
+				continue
+			}
+		case msg.Append:
+			if tag == tagUnordered {
+				cp.Unordered = append(cp.Unordered, v.Records...)
+				continue
+			}
+		}
+		return nil, fmt.Errorf("%w: checkpoint frame %d tagged %q holds %s", ErrCorrupt, i, tag, m.Kind())
+	}
+	return cp, nil
 }

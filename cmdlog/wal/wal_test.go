@@ -19,6 +19,69 @@ func sampleOps() []seq.PersistOp {
 	}
 }
 
+func sampleCheckpoint() seq.PersistOp {
+	return seq.PersistOp{Kind: seq.PersistCheckpoint, Checkpoint: &seq.Checkpoint{
+		View:   msg.ViewRecord{Number: 3, Members: []msg.NodeID{1, 2}, Leader: 2, StartGP: 9, Dedup: []msg.ClientMark{{Client: 7, Mark: 4}}},
+		Sealed: true, LastOrderedGP: 11, StableGP: 10,
+		Dedup:     []msg.ClientMark{{Client: 7, Mark: 6, Above: []uint64{8}}, {Client: 9, Mark: 1}},
+		Ordered:   []msg.Entry{{Pos: 11, Record: msg.Record{ID: msg.RecordID{Client: 7, Seq: 6}, Data: []byte("y")}}},
+		Unordered: []msg.Record{{ID: msg.RecordID{Client: 7, Seq: 8}, Data: []byte("z")}},
+	}}
+}
+
+// A checkpoint's batch deletes every operation before it; a reopened WAL
+// loads the checkpoint and what followed, and keeps compacting.
+func TestCheckpointCompacts(t *testing.T) {
+	fs := vfs.NewMem()
+	w, err := Open("wal", Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, cp := sampleOps(), sampleCheckpoint()
+	if err := w.Append(ops); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append([]seq.PersistOp{ops[1], cp, ops[2]}); err != nil {
+		t.Fatal(err)
+	}
+	want := []seq.PersistOp{cp, ops[2]}
+	if got, err := w.Load(); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("loaded %+v (%v)\nwant %+v", got, err, want)
+	}
+	w.Close()
+	if w, err = Open("wal", Options{FS: fs}); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if got, err := w.Load(); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("after reopen: loaded %+v (%v)", got, err)
+	}
+	if err := w.Append([]seq.PersistOp{ops[3], cp}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := w.Load(); err != nil || !reflect.DeepEqual(got, []seq.PersistOp{cp}) {
+		t.Fatalf("after a second checkpoint: loaded %+v (%v)", got, err)
+	}
+}
+
+// Checkpoints larger than one codec message are chunked, and decode back.
+func TestLargeCheckpointRoundTrip(t *testing.T) {
+	cp := seq.Checkpoint{View: msg.ViewRecord{Number: 1, Members: []msg.NodeID{1}, Leader: 1}, LastOrderedGP: 30000, StableGP: 10000}
+	for i := range 20000 {
+		cp.Ordered = append(cp.Ordered, msg.Entry{Pos: 10001 + uint64(i), Record: msg.Record{ID: msg.RecordID{Client: 1, Seq: uint64(i + 1)}, Data: make([]byte, 300)}})
+		cp.Unordered = append(cp.Unordered, msg.Record{ID: msg.RecordID{Client: 2, Seq: uint64(i + 1)}, Data: make([]byte, 300)})
+		cp.Dedup = append(cp.Dedup, msg.ClientMark{Client: uint64(i + 1), Mark: 5, Above: []uint64{7, 9}})
+	}
+	op := seq.PersistOp{Kind: seq.PersistCheckpoint, Checkpoint: &cp}
+	got, err := DecodeOp(encodeOp(nil, op))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, op) {
+		t.Fatalf("large checkpoint changed in a round trip")
+	}
+}
+
 func TestAppendLoadReopen(t *testing.T) {
 	fs := vfs.NewMem()
 	w, err := Open("wal", Options{FS: fs})
@@ -58,7 +121,7 @@ func TestAppendLoadReopen(t *testing.T) {
 }
 
 func TestDecodeOpRejectsCorruption(t *testing.T) {
-	for _, op := range sampleOps() {
+	for _, op := range append(sampleOps(), sampleCheckpoint()) {
 		b := encodeOp(nil, op)
 		for i := range b {
 			c := append([]byte(nil), b...)
@@ -74,7 +137,7 @@ func TestDecodeOpRejectsCorruption(t *testing.T) {
 }
 
 func FuzzDecodeOp(f *testing.F) {
-	for _, op := range sampleOps() {
+	for _, op := range append(sampleOps(), sampleCheckpoint()) {
 		f.Add(encodeOp(nil, op))
 	}
 	f.Add([]byte{})

@@ -12,7 +12,7 @@ var (
 	flagSeed  = flag.Uint64("dst.seed", 0, "replay one seed (with a trace)")
 	flagSeeds = flag.Int("dst.seeds", 500, "number of seeds TestSimulate runs")
 	flagFirst = flag.Uint64("dst.first", 1, "first seed TestSimulate runs")
-	flagFsync = flag.Bool("dst.fsync", false, "with -dst.seed: replay with fsync durability")
+	flagFsync = flag.Bool("dst.fsync", false, "fsync durability (replicas recover from compacted write-ahead logs), for -dst.seed or all seeds")
 )
 
 // TestSimulate runs many seeds with faults and expects no violation. A
@@ -42,11 +42,18 @@ func TestSimulate(t *testing.T) {
 	faulty := 0
 	for i := range n {
 		seed := *flagFirst + uint64(i)
-		res := Run(Options{Seed: seed})
+		opts := Options{Seed: seed}
+		replay := ""
+		if *flagFsync {
+			opts.Durability = seq.Fsync
+			replay = " -dst.fsync"
+		}
+		res := Run(opts)
 		if !res.OK() {
 			failed = append(failed, seed)
-			t.Errorf("%s\nreplay: go test ./internal/dst -run TestSimulate -dst.seed=%d -v", res.String(), seed)
+			t.Errorf("%s\nreplay: go test ./internal/dst -run 'TestSimulate$' -dst.seed=%d%s -v", res.String(), seed, replay)
 		}
+		total.CompactedRecoveries += res.CompactedRecoveries
 		if res.Crashes+res.Partitions+res.Dropped+res.Duplicated > 0 {
 			faulty++
 		}
@@ -59,8 +66,12 @@ func TestSimulate(t *testing.T) {
 		total.Duplicated += res.Duplicated
 		total.Reads += res.Reads
 	}
-	line := "dst: %d seeds, %d violations (%d seeds with faults; %d appends, %d acked, %d reads, %d view changes, %d crashes, %d partitions, %d drops, %d duplicates)\n"
-	args := []any{n, len(failed), faulty, total.Appends, total.Acked, total.Reads, total.ViewChanges, total.Crashes, total.Partitions, total.Dropped, total.Duplicated}
+	mode := ""
+	if *flagFsync {
+		mode = " (fsync durability)"
+	}
+	line := "dst%s: %d seeds, %d violations (%d seeds with faults; %d appends, %d acked, %d reads, %d view changes, %d crashes, %d recoveries from compacted WALs, %d partitions, %d drops, %d duplicates)\n"
+	args := []any{mode, n, len(failed), faulty, total.Appends, total.Acked, total.Reads, total.ViewChanges, total.Crashes, total.CompactedRecoveries, total.Partitions, total.Dropped, total.Duplicated}
 	t.Logf(line, args...)
 	printf(line, args...)
 	if faulty < n*9/10 {
@@ -95,17 +106,25 @@ func TestDeterministic(t *testing.T) {
 // self-checks are switched off) within a bounded number of seeds.
 func TestCheckerCatchesInjectedBugs(t *testing.T) {
 	bugs := []struct {
-		name string
-		bug  seq.Bugs
+		name  string
+		bug   seq.Bugs
+		wal   WALBugs
+		fsync bool
 	}{
-		{"stable-gp advanced before followers GC", seq.Bugs{StableBeforeFollowerGC: true}},
-		{"dedup state not carried across view change", seq.Bugs{ForgetDedup: true}},
-		{"flush does not rewrite ordered, unstable records", seq.Bugs{FlushOnlyUnordered: true}},
+		{"stable-gp advanced before followers GC", seq.Bugs{StableBeforeFollowerGC: true}, WALBugs{}, false},
+		{"dedup state not carried across view change", seq.Bugs{ForgetDedup: true}, WALBugs{}, false},
+		{"flush does not rewrite ordered, unstable records", seq.Bugs{FlushOnlyUnordered: true}, WALBugs{}, false},
+		{"checkpoint forgets the dedup marks stored since the view began", seq.Bugs{CheckpointForgetsDedup: true}, WALBugs{}, true},
+		{"WAL compaction deletes the checkpoint too", seq.Bugs{}, WALBugs{KeepNothingBeforeCheckpoint: true}, true},
 	}
 	for _, b := range bugs {
 		t.Run(b.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 1000; seed++ {
-				res := Run(Options{Seed: seed, Bugs: b.bug, ExternalChecksOnly: true})
+				opts := Options{Seed: seed, Bugs: b.bug, WALBugs: b.wal, ExternalChecksOnly: true}
+				if b.fsync {
+					opts.Durability = seq.Fsync
+				}
+				res := Run(opts)
 				if !res.OK() {
 					t.Logf("caught at seed %d: %s", seed, res.Violations[0])
 					printf("dst: injected bug %q caught at seed %d\n", b.name, seed)
@@ -124,13 +143,17 @@ func TestSimulateFsync(t *testing.T) {
 	if testing.Short() {
 		n = 20
 	}
-	bad := 0
+	bad, compacted := 0, 0
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		res := Run(Options{Seed: seed, Durability: seq.Fsync})
+		compacted += res.CompactedRecoveries
 		if !res.OK() {
 			bad++
 			t.Errorf("%s\nreplay: go test ./internal/dst -run 'TestSimulate$' -dst.seed=%d -dst.fsync -v", res.String(), seed)
 		}
 	}
-	printf("dst (fsync durability): %d seeds, %d violations\n", n, bad)
+	printf("dst (fsync durability): %d seeds, %d violations, %d recoveries from compacted WALs\n", n, bad, compacted)
+	if compacted == 0 {
+		t.Errorf("no replica recovered from a compacted WAL")
+	}
 }

@@ -41,12 +41,22 @@ type Options struct {
 	// about themselves, leaving only the simulator's own checks (reads,
 	// final log, real-time order, linearizability).
 	ExternalChecksOnly bool
+	// WALBugs injects bugs into the simulated WAL's compaction.
+	WALBugs WALBugs
 	// Durability of the replicas (memory by default).
 	Durability seq.Durability
 	// Trace, if set, receives a line per notable event.
 	Trace io.Writer
 	// MaxTicks bounds the whole run (default 60000).
 	MaxTicks int64
+}
+
+// WALBugs are deliberately wrong WAL compactions, to prove that the
+// simulator catches them.
+type WALBugs struct {
+	// KeepNothingBeforeCheckpoint deletes the checkpoint along with what
+	// precedes it.
+	KeepNothingBeforeCheckpoint bool
 }
 
 // Result summarises a run.
@@ -65,7 +75,9 @@ type Result struct {
 	Sent        int
 	Dropped     int
 	Duplicated  int
-	Violations  []string
+	// CompactedRecoveries counts replicas recovered from a compacted WAL.
+	CompactedRecoveries int
+	Violations          []string
 	// Checked is true when the porcupine check ran to a verdict.
 	Checked bool
 	// Sample holds a few entries of the final log (its head and tail), as
@@ -100,7 +112,11 @@ type replicaSlot struct {
 	core            *seq.Replica
 	downUntil       int64
 	lastStartedView uint64
-	wal             []seq.PersistOp
+	// wal is the write-ahead log as the driver keeps it: everything
+	// before the newest checkpoint deleted. fullWAL keeps every
+	// operation, to check that recovering from either gives one state.
+	wal     []seq.PersistOp
+	fullWAL []seq.PersistOp
 }
 
 type shardSlot struct {
@@ -250,7 +266,10 @@ func (s *sim) replicaConfig(id msg.NodeID) seq.Config {
 		MaxInflightBatches: 1 + s.rng.IntN(4),
 		// Half the replicas order at once, the others wait 1 or 2 ticks.
 		OrderDelayTicks: []int{-1, -1, 1, 2}[s.rng.IntN(4)],
-		Bugs:            s.opts.Bugs,
+		// Checkpoints (and so WAL compaction) come often, sometimes
+		// never.
+		CheckpointRecords: []int{-1, 1, 8, 40, 200}[s.rng.IntN(5)],
+		Bugs:              s.opts.Bugs,
 	}
 }
 
@@ -414,7 +433,7 @@ func (s *sim) injectFaults() {
 			s.tracef("crash replica %d (%s of view %d); restarts at t=%d", victim.id, victim.core.Role(), victim.core.View(), victim.downUntil)
 			victim.core = nil
 			if s.opts.Durability == seq.Memory {
-				victim.wal = nil
+				victim.wal, victim.fullWAL = nil, nil
 			}
 		}
 	}
@@ -467,7 +486,7 @@ func (s *sim) forcedFault() {
 			s.tracef("crash replica %d (%s of view %d); restarts at t=%d", victim.id, victim.core.Role(), victim.core.View(), victim.downUntil)
 			victim.core = nil
 			if s.opts.Durability == seq.Memory {
-				victim.wal = nil
+				victim.wal, victim.fullWAL = nil, nil
 			}
 		}
 	case 2:
@@ -507,6 +526,7 @@ func (s *sim) restartDue() {
 			cfg := s.replicaConfig(r.id)
 			if s.opts.Durability == seq.Fsync {
 				r.core = seq.Recover(cfg, r.wal)
+				s.checkCompactedRecovery(r, cfg)
 			} else {
 				r.core = seq.New(cfg, r.lastStartedView)
 			}
@@ -686,6 +706,15 @@ func (s *sim) processReplica(r *replicaSlot) {
 			r.lastStartedView = max(r.lastStartedView, p.View.Number)
 		}
 		r.wal = append(r.wal, p)
+		r.fullWAL = append(r.fullWAL, p)
+		if p.Kind == seq.PersistCheckpoint && !s.opts.WALBugs.KeepNothingBeforeCheckpoint {
+			// As wal.Pebble does: the checkpoint's batch deletes what
+			// precedes it.
+			r.wal = append(r.wal[:0:0], r.wal[len(r.wal)-1:]...)
+		}
+		if p.Kind == seq.PersistCheckpoint && s.opts.WALBugs.KeepNothingBeforeCheckpoint {
+			r.wal = nil // truncates past the checkpoint
+		}
 	}
 	for _, v := range r.core.Violations() {
 		if !s.opts.ExternalChecksOnly {
@@ -913,4 +942,50 @@ func (s *sim) replicaCrashOdds() int {
 		return 120
 	}
 	return 250
+}
+
+// checkCompactedRecovery checks that the replica just recovered from its
+// compacted WAL is in the state a recovery from every operation it ever
+// persisted (checkpoints left out) gives, up to the stable positions the
+// checkpoints let go of.
+func (s *sim) checkCompactedRecovery(r *replicaSlot, cfg seq.Config) {
+	if len(r.wal) == len(r.fullWAL) {
+		return
+	}
+	s.res.CompactedRecoveries++
+	got := r.core.Checkpoint()
+	// The reference replays every operation but the checkpoints.
+	full := slices.DeleteFunc(slices.Clone(r.fullWAL), func(op seq.PersistOp) bool { return op.Kind == seq.PersistCheckpoint })
+	want := seq.Recover(cfg, full).Checkpoint()
+	stable := max(got.StableGP, want.StableGP)
+	if d := diffCheckpoints(normalise(got, stable), normalise(want, stable)); d != "" {
+		s.violate("replica %d recovered from its compacted WAL (%d of %d ops) differs from its full WAL's recovery: %s",
+			r.id, len(r.wal), len(r.fullWAL), d)
+	}
+}
+
+// normalise drops the ordered entries at or below stable.
+func normalise(cp seq.Checkpoint, stable uint64) seq.Checkpoint {
+	cp.StableGP = stable
+	cp.Ordered = slices.DeleteFunc(cp.Ordered, func(e msg.Entry) bool { return e.Pos <= stable })
+	return cp
+}
+
+func diffCheckpoints(a, b seq.Checkpoint) string {
+	switch {
+	case a.View.Number != b.View.Number || a.View.Leader != b.View.Leader || !slices.Equal(a.View.Members, b.View.Members) ||
+		a.View.StartGP != b.View.StartGP:
+		return fmt.Sprintf("view %+v, want %+v", a.View, b.View)
+	case a.Sealed != b.Sealed:
+		return fmt.Sprintf("sealed %v, want %v", a.Sealed, b.Sealed)
+	case a.LastOrderedGP != b.LastOrderedGP:
+		return fmt.Sprintf("last-ordered-gp %d, want %d", a.LastOrderedGP, b.LastOrderedGP)
+	case fmt.Sprint(a.Dedup) != fmt.Sprint(b.Dedup):
+		return fmt.Sprintf("dedup marks %v, want %v", a.Dedup, b.Dedup)
+	case fmt.Sprint(a.Ordered) != fmt.Sprint(b.Ordered):
+		return fmt.Sprintf("ordered %v, want %v", a.Ordered, b.Ordered)
+	case fmt.Sprint(a.Unordered) != fmt.Sprint(b.Unordered):
+		return fmt.Sprintf("unordered %v, want %v", a.Unordered, b.Unordered)
+	}
+	return ""
 }

@@ -95,7 +95,7 @@ func startGameServer(ctx context.Context, cfg gameServerConfig) (*gameServer, er
 			addr = "127.0.0.1:0"
 		}
 		g.srv, err = server.New(server.Config{
-			ListenAddr: addr, TLS: stls, Secret: cfg.Players.secret, Log: g.log.Log(),
+			ListenAddr: addr, TLS: stls, Secret: cfg.Players.secret, Log: g.log.Log(), Durability: server.DurabilityOf(cfg.Durability),
 			Limits: server.IntakeLimits{Rate: 60, Burst: 30}, Logger: cfg.Logger, Registry: reg,
 			State: broadside.NewStateSource(frames), SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate,
 			Tick: frames.Latest, World: cfg.Game.Config,

@@ -119,4 +119,3 @@ func TestRateLimitSeesArrivalTimes(t *testing.T) {
 		t.Fatalf("%d of %d commands sent at half the rate limit were refused as rate-limited", limited, n)
 	}
 }
-

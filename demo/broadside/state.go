@@ -47,6 +47,13 @@ const (
 // ErrBadState is wrapped by every error of ApplyDelta.
 var ErrBadState = errors.New("broadside: malformed state update")
 
+// ErrBaseNotHeld is returned by StateTracker.Apply for a delta against a
+// tick whose frame the tracker does not hold (never received, or older
+// than the frames it keeps): the update may be sound, and the next full
+// state resynchronises. It wraps ErrBadState (the update cannot be
+// applied).
+var ErrBaseNotHeld = fmt.Errorf("%w: base tick not held", ErrBadState)
+
 // Ship field groups of a delta's mask.
 const (
 	shipFull     = 1 << 0
@@ -680,14 +687,22 @@ func (t *StateTracker) Apply(tick, baseTick uint64, payload []byte) (*Frame, err
 	if baseTick != 0 {
 		base = t.frames[baseTick%uint64(len(t.frames))]
 		if base == nil || base.Tick != baseTick {
-			return nil, fmt.Errorf("%w: base tick %d is not held", ErrBadState, baseTick)
+			held := uint64(0)
+			if base != nil {
+				held = base.Tick
+			}
+			return nil, fmt.Errorf("%w: update of tick %d against tick %d (its slot holds tick %d)", ErrBaseNotHeld, tick, baseTick, held)
 		}
 	}
 	f, err := ApplyDelta(base, tick, payload)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("update of tick %d against tick %d: %w", tick, baseTick, err)
 	}
-	t.frames[tick%uint64(len(t.frames))] = f
+	// A late update never replaces a newer frame in its slot: that frame
+	// may be the base the server uses next.
+	if slot := &t.frames[tick%uint64(len(t.frames))]; *slot == nil || (*slot).Tick < tick {
+		*slot = f
+	}
 	if t.latest == nil || tick > t.latest.Tick {
 		t.latest = f
 	}

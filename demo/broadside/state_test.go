@@ -3,6 +3,7 @@ package broadside
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -126,4 +127,31 @@ func FuzzApplyDelta(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTrackerKeepsNewerFrameOverLateUpdate: a late update of tick 4 must
+// not evict tick 20 (the same slot of the tracker's ring), which the
+// client acknowledged and the server bases its next delta on.
+func TestTrackerKeepsNewerFrameOverLateUpdate(t *testing.T) {
+	frame := func(tick uint64) *Frame {
+		f := NewFrame(tick)
+		f.Seal(nil, 0)
+		return f
+	}
+	var enc StateEncoder
+	f4, f20, f21 := frame(4), frame(20), frame(21)
+	var tr StateTracker
+	if _, err := tr.Apply(20, 0, enc.Encode(nil, f20, nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Apply(4, 0, enc.Encode(nil, f4, nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Apply(21, 20, enc.Encode(nil, f21, f20, 0)); err != nil {
+		t.Fatalf("delta against tick 20 after a late update of tick 4: %v", err)
+	}
+	_, err := tr.Apply(22, 9, enc.Encode(nil, frame(22), frame(9), 0))
+	if !errors.Is(err, ErrBaseNotHeld) || !strings.Contains(err.Error(), "tick 22 against tick 9") {
+		t.Fatalf("delta against a tick never held: %v, want ErrBaseNotHeld naming the ticks", err)
+	}
 }

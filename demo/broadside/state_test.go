@@ -1,6 +1,7 @@
 package broadside
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
 	"strings"
@@ -15,7 +16,8 @@ func TestStateDeltaRoundTrip(t *testing.T) {
 	w := newBotWorld(t, cfg, 40, 3, 0)
 	var frames []*Frame
 	var enc StateEncoder
-	var checked, bytes, fulls int
+	var shared SharedEncoder
+	var checked, nbytes, fulls int
 	for range 300 {
 		w.step(t, nil)
 		f := NewFrame(w.Tick())
@@ -39,6 +41,9 @@ func TestStateDeltaRoundTrip(t *testing.T) {
 					baseView = base.View(viewer)
 				}
 				p := enc.Encode(nil, f, base, viewer)
+				if sp := shared.Encode(nil, f, base, viewer); !bytes.Equal(sp, p) {
+					t.Fatalf("tick %d viewer %d back %d: the shared encoder's update differs", f.Tick, viewer, back)
+				}
 				got, err := ApplyDelta(baseView, f.Tick, p)
 				if err != nil {
 					t.Fatalf("tick %d viewer %d base %v: %v", f.Tick, viewer, back, err)
@@ -50,7 +55,7 @@ func TestStateDeltaRoundTrip(t *testing.T) {
 				}
 				checked++
 				if viewer == 7 && back == 1 {
-					bytes += len(p)
+					nbytes += len(p)
 				}
 				if base == nil {
 					fulls++
@@ -61,7 +66,7 @@ func TestStateDeltaRoundTrip(t *testing.T) {
 	if w.BallCount() == 0 {
 		t.Fatal("no cannonballs: the test does not exercise balls")
 	}
-	t.Logf("%d deltas checked (%d full); viewer 7 got %.0f bytes per tick", checked, fulls, float64(bytes)/299)
+	t.Logf("%d deltas checked (%d full); viewer 7 got %.0f bytes per tick", checked, fulls, float64(nbytes)/299)
 }
 
 func normalize(f *Frame) *Frame {

@@ -457,6 +457,9 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 		if resyncing && u.BaseTick != 0 {
 			continue // a delta of the lost connection
 		}
+		if l := tr.Latest(); l != nil && u.Tick <= l.Tick {
+			continue // an old update arriving late (its base may be gone): nothing to learn
+		}
 		f, err := tr.Apply(u.Tick, u.BaseTick, u.Payload)
 		if err == nil {
 			resyncing = false
@@ -512,8 +515,11 @@ func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
 		case <-time.After(time.Until(next)):
 		}
 		next = next.Add(interval)
-		if late := time.Since(next); late > time.Second {
-			next = time.Now() // far behind schedule: do not burst
+		if late := time.Since(next); late > 4*interval {
+			// Behind schedule (a starved process): catch up by a few
+			// commands at most, never with a burst of a second's worth
+			// that a rate limit of twice the rate would refuse.
+			next = time.Now()
 		}
 		b.mu.Lock()
 		full := len(b.acks) >= cfg.Window

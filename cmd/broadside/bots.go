@@ -73,6 +73,10 @@ and fires blindly.`,
 				fmt.Fprintf(out, "errors:      none\n")
 			}
 			for _, k := range rep.ErrorKinds() {
+				if first, ok := rep.FirstErrors[k]; ok {
+					fmt.Fprintf(out, "errors:      %s: %d (first: %s)\n", k, rep.Errors[k], first)
+					continue
+				}
 				fmt.Fprintf(out, "errors:      %s: %d\n", k, rep.Errors[k])
 			}
 			if jsonFile != "" {

@@ -116,6 +116,9 @@ type Report struct {
 	// Skipped counts turns a bot skipped with its window full.
 	Skipped int64            `json:"skipped_window_full"`
 	Errors  map[string]int64 `json:"errors"`
+	// FirstErrors holds, for the error kinds that have one, the message
+	// of the first error of the kind (what failed, on which tick).
+	FirstErrors map[string]string `json:"first_errors,omitempty"`
 	// Command sent to its acknowledgement (AckStatus), microseconds, for
 	// commands sent and acknowledged on one connection: one round trip
 	// to the log.
@@ -177,6 +180,7 @@ type stats struct {
 	limited, updates         int64
 	skipped                  int64
 	errors                   map[string]int64
+	firstErr                 map[string]string // the first message of each error kind
 }
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
@@ -185,6 +189,32 @@ func (s *stats) err(kind string) {
 	s.mu.Lock()
 	s.errors[kind]++
 	s.mu.Unlock()
+}
+
+// errDetail counts an error of kind and keeps the first message of each
+// kind for the report.
+func (s *stats) errDetail(kind, detail string) {
+	s.mu.Lock()
+	s.errors[kind]++
+	if _, ok := s.firstErr[kind]; !ok {
+		s.firstErr[kind] = detail
+	}
+	s.mu.Unlock()
+}
+
+// StateErrorKind names a state update the bot could not apply, for the
+// report's error counts: "state: base not held" (a delta against a tick
+// the bot no longer holds: lost or reordered updates), "state: malformed"
+// (the update does not decode against its base: a server or codec bug),
+// or "state: other".
+func StateErrorKind(err error) string {
+	switch {
+	case errors.Is(err, broadside.ErrBaseNotHeld):
+		return "state: base not held"
+	case errors.Is(err, broadside.ErrBadState):
+		return "state: malformed"
+	}
+	return "state: other"
 }
 
 // Run runs the bots and reports.
@@ -208,7 +238,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		cfg.ReconnectAttempts = 10
 	}
 	rep := Report{Bots: cfg.N, RatePerBot: cfg.Rate, Behaviour: cfg.Behaviour}
-	st := &stats{ack: newHist(), ackWin: newHist(), app: newHist(), appWin: newHist(), ackResent: newHist(), jitter: newHist(), errors: map[string]int64{}}
+	st := &stats{ack: newHist(), ackWin: newHist(), app: newHist(), appWin: newHist(), ackResent: newHist(), jitter: newHist(), errors: map[string]int64{}, firstErr: map[string]string{}}
 
 	// Connect every bot, a few at a time.
 	bots := make([]*bot, cfg.N)
@@ -331,7 +361,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.Replicated, rep.Acked = st.replicated, st.durable+st.replicated
 	rep.AckStatus = AckStatusOf(rep.Durable, rep.Replicated)
 	rep.ResentAcks, rep.ResentAckP50us, rep.ResentAckMaxus = st.ackResent.TotalCount(), st.ackResent.ValueAtQuantile(50), st.ackResent.Max()
-	rep.Errors = st.errors
+	rep.Errors, rep.FirstErrors = st.errors, st.firstErr
 	rep.AckP50us, rep.AckP99us, rep.AckP999us, rep.AckMaxus = st.ack.ValueAtQuantile(50), st.ack.ValueAtQuantile(99), st.ack.ValueAtQuantile(99.9), st.ack.Max()
 	rep.AppliedP50us, rep.AppliedP99us, rep.AppliedP999us = st.app.ValueAtQuantile(50), st.app.ValueAtQuantile(99), st.app.ValueAtQuantile(99.9)
 	rep.JitterP50us, rep.JitterP99us = st.jitter.ValueAtQuantile(50), st.jitter.ValueAtQuantile(99)
@@ -429,6 +459,9 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 		if resyncing && u.BaseTick != 0 {
 			continue // a delta of the lost connection
 		}
+		if l := tr.Latest(); l != nil && u.Tick <= l.Tick {
+			continue // an old update arriving late (its base may be gone): nothing to learn
+		}
 		f, err := tr.Apply(u.Tick, u.BaseTick, u.Payload)
 		if err == nil {
 			resyncing = false
@@ -436,7 +469,7 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 		if err != nil {
 			// An update against a base we no longer hold, or a
 			// broken one: the next full update resynchronises.
-			st.err("state")
+			st.errDetail(StateErrorKind(err), err.Error())
 			continue
 		}
 		if f != tr.Latest() {
@@ -484,8 +517,11 @@ func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
 		case <-time.After(time.Until(next)):
 		}
 		next = next.Add(interval)
-		if late := time.Since(next); late > time.Second {
-			next = time.Now() // far behind schedule: do not burst
+		if late := time.Since(next); late > 4*interval {
+			// Behind schedule (a starved process): catch up by a few
+			// commands at most, never with a burst of a second's worth
+			// that a rate limit of twice the rate would refuse.
+			next = time.Now()
 		}
 		b.mu.Lock()
 		full := len(b.acks) >= cfg.Window

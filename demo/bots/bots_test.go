@@ -2,6 +2,7 @@ package bots
 
 import (
 	"context"
+	"github.com/anoptic/broadside/demo/broadside"
 	"testing"
 	"time"
 
@@ -73,5 +74,25 @@ func testBotsAgainstServer(t *testing.T, durability server.Durability) {
 	}
 	if rep.AckP50us <= 0 || rep.AckP99us < rep.AckP50us || rep.UpBytesPerSec <= 0 {
 		t.Fatalf("latency/bandwidth not measured: %+v", rep)
+	}
+}
+
+// TestStateErrorsSayWhatFailed: the report names what went wrong with a
+// state update (it used to count every failure as "state", printed as
+// "state: 1").
+func TestStateErrorsSayWhatFailed(t *testing.T) {
+	var tr broadside.StateTracker
+	_, err := tr.Apply(30, 25, []byte{1, 0, 0, 0, 0})
+	if got := StateErrorKind(err); got != "state: base not held" {
+		t.Fatalf("delta against a tick not held: kind %q (%v)", got, err)
+	}
+	_, err = tr.Apply(31, 0, []byte{9})
+	if got := StateErrorKind(err); got != "state: malformed" {
+		t.Fatalf("malformed update: kind %q (%v)", got, err)
+	}
+	st := &stats{errors: map[string]int64{}, firstErr: map[string]string{}}
+	st.errDetail(StateErrorKind(err), err.Error())
+	if st.firstErr["state: malformed"] == "" || st.errors["state: malformed"] != 1 {
+		t.Fatalf("errors %v, first %v", st.errors, st.firstErr)
 	}
 }

@@ -99,7 +99,7 @@ func (f *liveFrame) Seal(prev world.Frame) {
 // a delta against the tick the viewer acknowledged.
 type StateSource struct {
 	frames *world.Frames
-	enc    StateEncoder // EncodeState is called from one goroutine
+	enc    SharedEncoder // EncodeState is called from one goroutine
 }
 
 // NewStateSource returns the state source of frames.

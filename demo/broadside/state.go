@@ -47,6 +47,13 @@ const (
 // ErrBadState is wrapped by every error of ApplyDelta.
 var ErrBadState = errors.New("broadside: malformed state update")
 
+// ErrBaseNotHeld is returned by StateTracker.Apply for a delta against a
+// tick whose frame the tracker does not hold (never received, or older
+// than the frames it keeps): the update may be sound, and the next full
+// state resynchronises. It wraps ErrBadState (the update cannot be
+// applied).
+var ErrBaseNotHeld = fmt.Errorf("%w: base tick not held", ErrBadState)
+
 // Ship field groups of a delta's mask.
 const (
 	shipFull     = 1 << 0
@@ -73,7 +80,15 @@ type Frame struct {
 	shipsIn map[[2]int64][]int32
 	ballsIn map[[2]int64][]int32
 	anchors map[uint32]anchor
+	// near holds, for every cell a player is anchored in, the sorted
+	// indexes of what the 3 × 3 cells around it hold: computed once per
+	// cell in Seal and shared by every player there (no sort per player
+	// per tick). Read-only once sealed.
+	near map[[2]int64]*cellInterest
 }
+
+// cellInterest is what a player anchored in one cell sees.
+type cellInterest struct{ ships, balls []int32 }
 
 // anchor is where a player's ship was last seen, and when.
 type anchor struct {
@@ -124,6 +139,42 @@ func (f *Frame) Seal(prev *Frame, radius int64) {
 			}
 		}
 	}
+	f.near = map[[2]int64]*cellInterest{}
+	for _, a := range f.anchors {
+		c := a.cell
+		if f.near[c] != nil {
+			continue
+		}
+		ci := &cellInterest{}
+		for dx := int64(-1); dx <= 1; dx++ {
+			for dy := int64(-1); dy <= 1; dy++ {
+				k := [2]int64{c[0] + dx, c[1] + dy}
+				ci.ships = append(ci.ships, f.shipsIn[k]...)
+				ci.balls = append(ci.balls, f.ballsIn[k]...)
+			}
+		}
+		slices.Sort(ci.ships)
+		slices.Sort(ci.balls)
+		f.near[c] = ci
+	}
+}
+
+// interestKey says which interest set viewer has in f: all of it
+// (spectators), none, or that of one cell. Viewers with equal keys see the
+// same part of f.
+type interestKey struct {
+	kind uint8 // 0 none, 1 a cell, 2 everything
+	cell [2]int64
+}
+
+func (f *Frame) interestKeyOf(viewer uint32) interestKey {
+	if viewer == 0 {
+		return interestKey{kind: 2}
+	}
+	if a, ok := f.anchors[viewer]; ok {
+		return interestKey{kind: 1, cell: a.cell}
+	}
+	return interestKey{}
 }
 
 func (f *Frame) cellOf(x, y int32) [2]int64 {
@@ -165,18 +216,8 @@ func (f *Frame) interest(viewer uint32, ships, balls []int32) ([]int32, []int32)
 	if !ok {
 		return ships, balls
 	}
-	c := a.cell
-	s0, b0 := len(ships), len(balls)
-	for dx := int64(-1); dx <= 1; dx++ {
-		for dy := int64(-1); dy <= 1; dy++ {
-			k := [2]int64{c[0] + dx, c[1] + dy}
-			ships = append(ships, f.shipsIn[k]...)
-			balls = append(balls, f.ballsIn[k]...)
-		}
-	}
-	slices.Sort(ships[s0:])
-	slices.Sort(balls[b0:])
-	return ships, balls
+	ci := f.near[a.cell]
+	return append(ships, ci.ships...), append(balls, ci.balls...)
 }
 
 // View returns what viewer sees of f, as a client rebuilds it.
@@ -680,14 +721,22 @@ func (t *StateTracker) Apply(tick, baseTick uint64, payload []byte) (*Frame, err
 	if baseTick != 0 {
 		base = t.frames[baseTick%uint64(len(t.frames))]
 		if base == nil || base.Tick != baseTick {
-			return nil, fmt.Errorf("%w: base tick %d is not held", ErrBadState, baseTick)
+			held := uint64(0)
+			if base != nil {
+				held = base.Tick
+			}
+			return nil, fmt.Errorf("%w: update of tick %d against tick %d (its slot holds tick %d)", ErrBaseNotHeld, tick, baseTick, held)
 		}
 	}
 	f, err := ApplyDelta(base, tick, payload)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("update of tick %d against tick %d: %w", tick, baseTick, err)
 	}
-	t.frames[tick%uint64(len(t.frames))] = f
+	// A late update never replaces a newer frame in its slot: that frame
+	// may be the base the server uses next.
+	if slot := &t.frames[tick%uint64(len(t.frames))]; *slot == nil || (*slot).Tick < tick {
+		*slot = f
+	}
 	if t.latest == nil || tick > t.latest.Tick {
 		t.latest = f
 	}
@@ -696,3 +745,50 @@ func (t *StateTracker) Apply(tick, baseTick uint64, payload []byte) (*Frame, err
 
 // Latest returns the newest frame (nil before the first update).
 func (t *StateTracker) Latest() *Frame { return t.latest }
+
+// SharedEncoder encodes state updates for many viewers of the same ticks,
+// encoding each distinct update once: viewers anchored in the same
+// interest cell, with the same base tick and the same cell in the base,
+// get the same bytes. It keeps the updates of the newest tick it was asked
+// for (and of older ones asked for since: the spectators'), so call it
+// for one tick's fan-out after another. Not safe for concurrent use.
+type SharedEncoder struct {
+	enc   StateEncoder
+	tick  uint64 // newest tick encoded
+	cache map[sharedKey][]byte
+	arena []byte
+	Hits  uint64 // updates served from the cache (for tests and metrics)
+}
+
+type sharedKey struct {
+	tick, base uint64
+	cur, prev  interestKey
+}
+
+// Encode appends to dst what StateEncoder.Encode would for the same
+// arguments.
+func (e *SharedEncoder) Encode(dst []byte, cur, base *Frame, viewer uint32) []byte {
+	if e.cache == nil || cur.Tick > e.tick {
+		if e.cache == nil {
+			e.cache = map[sharedKey][]byte{}
+		}
+		clear(e.cache)
+		e.tick, e.arena = cur.Tick, e.arena[:0]
+	}
+	k := sharedKey{tick: cur.Tick, cur: cur.interestKeyOf(viewer)}
+	if base != nil {
+		k.base, k.prev = base.Tick, base.interestKeyOf(viewer)
+	}
+	if p, ok := e.cache[k]; ok {
+		e.Hits++
+		return append(dst, p...)
+	}
+	if cap(e.arena)-len(e.arena) < 64<<10 && len(e.arena) > 0 {
+		e.arena = make([]byte, 0, max(2*cap(e.arena), 256<<10)) // earlier entries keep the old array
+	}
+	n := len(e.arena)
+	e.arena = e.enc.Encode(e.arena, cur, base, viewer)
+	p := e.arena[n:len(e.arena):len(e.arena)]
+	e.cache[k] = p
+	return append(dst, p...)
+}

@@ -1,8 +1,10 @@
 package broadside
 
 import (
+	"bytes"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -14,7 +16,8 @@ func TestStateDeltaRoundTrip(t *testing.T) {
 	w := newBotWorld(t, cfg, 40, 3, 0)
 	var frames []*Frame
 	var enc StateEncoder
-	var checked, bytes, fulls int
+	var shared SharedEncoder
+	var checked, nbytes, fulls int
 	for range 300 {
 		w.step(t, nil)
 		f := NewFrame(w.Tick())
@@ -38,6 +41,9 @@ func TestStateDeltaRoundTrip(t *testing.T) {
 					baseView = base.View(viewer)
 				}
 				p := enc.Encode(nil, f, base, viewer)
+				if sp := shared.Encode(nil, f, base, viewer); !bytes.Equal(sp, p) {
+					t.Fatalf("tick %d viewer %d back %d: the shared encoder's update differs", f.Tick, viewer, back)
+				}
 				got, err := ApplyDelta(baseView, f.Tick, p)
 				if err != nil {
 					t.Fatalf("tick %d viewer %d base %v: %v", f.Tick, viewer, back, err)
@@ -49,7 +55,7 @@ func TestStateDeltaRoundTrip(t *testing.T) {
 				}
 				checked++
 				if viewer == 7 && back == 1 {
-					bytes += len(p)
+					nbytes += len(p)
 				}
 				if base == nil {
 					fulls++
@@ -60,7 +66,7 @@ func TestStateDeltaRoundTrip(t *testing.T) {
 	if w.BallCount() == 0 {
 		t.Fatal("no cannonballs: the test does not exercise balls")
 	}
-	t.Logf("%d deltas checked (%d full); viewer 7 got %.0f bytes per tick", checked, fulls, float64(bytes)/299)
+	t.Logf("%d deltas checked (%d full); viewer 7 got %.0f bytes per tick", checked, fulls, float64(nbytes)/299)
 }
 
 func normalize(f *Frame) *Frame {
@@ -126,4 +132,31 @@ func FuzzApplyDelta(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTrackerKeepsNewerFrameOverLateUpdate: a late update of tick 4 must
+// not evict tick 20 (the same slot of the tracker's ring), which the
+// client acknowledged and the server bases its next delta on.
+func TestTrackerKeepsNewerFrameOverLateUpdate(t *testing.T) {
+	frame := func(tick uint64) *Frame {
+		f := NewFrame(tick)
+		f.Seal(nil, 0)
+		return f
+	}
+	var enc StateEncoder
+	f4, f20, f21 := frame(4), frame(20), frame(21)
+	var tr StateTracker
+	if _, err := tr.Apply(20, 0, enc.Encode(nil, f20, nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Apply(4, 0, enc.Encode(nil, f4, nil, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Apply(21, 20, enc.Encode(nil, f21, f20, 0)); err != nil {
+		t.Fatalf("delta against tick 20 after a late update of tick 4: %v", err)
+	}
+	_, err := tr.Apply(22, 9, enc.Encode(nil, frame(22), frame(9), 0))
+	if !errors.Is(err, ErrBaseNotHeld) || !strings.Contains(err.Error(), "tick 22 against tick 9") {
+		t.Fatalf("delta against a tick never held: %v, want ErrBaseNotHeld naming the ticks", err)
+	}
 }

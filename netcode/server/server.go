@@ -86,15 +86,19 @@ type Config struct {
 	TickRate uint16
 	Tick     func() uint64
 	World    []byte
-	// MaxInflight caps a player's commands waiting for durability
-	// (default 64); beyond it the player's stream is not read.
+	// MaxInflight caps a player's commands accepted and not yet
+	// acknowledged (default 64): its window. A player at its window is
+	// not read until an acknowledgement frees a slot (QUIC flow control
+	// pushes back on it); below it, its stream is read as frames arrive,
+	// so rate limits and the ack delay histogram see arrival times and
+	// state acknowledgements are never stuck behind commands.
 	MaxInflight int
-	// MaxAppending caps the commands of all players waiting for
-	// durability (default 512). When the log cannot keep up, intake
-	// slows down (players' streams are read more slowly, QUIC flow
-	// control pushes back on the clients) instead of queueing without
-	// bound: latency stays bounded, and the world's tick markers, which
-	// share the log, keep getting through.
+	// MaxAppending is the number of append workers (default 512): the cap
+	// on commands of all players inside an append at once. Accepted
+	// commands wait for a worker in one FIFO, bounded by the players'
+	// windows; when the log cannot keep up, acknowledgements slow down
+	// and the players' windows fill (latency stays bounded), and the
+	// world's tick markers, which share the log, keep getting through.
 	MaxAppending int
 	// State, if set, encodes the world's state for each client; Publish
 	// then sends every session the state of a tick (see Publish).
@@ -142,8 +146,8 @@ type Server struct {
 	applied  map[uint32]uint64     // last client sequence applied, per player
 	sessions map[uint32]uint64     // session id of each player's latest connection
 	state    []byte                // Publish's scratch
-	// appending holds a token per command being appended (MaxAppending).
-	appending chan struct{}
+	// queue holds accepted commands for the MaxAppending append workers.
+	queue *appendQueue
 }
 
 // StateSource is the game's side of the state fan-out: it keeps the
@@ -175,8 +179,18 @@ type session struct {
 	id      uint64
 	ackTick atomic.Uint64
 	// stateOut holds the newest state update too large for a datagram;
-	// the session's state writer sends it on the stream.
+	// the session's writer sends it on the stream.
 	stateOut chan []byte
+	// slots holds a token per command of this session accepted and not
+	// yet acknowledged or failed (Config.MaxInflight); pending counts its
+	// commands queued for or inside an append worker.
+	slots   chan struct{}
+	pending sync.WaitGroup
+	// results are acknowledgements waiting for the session's writer
+	// (signalled on resReady).
+	resMu    sync.Mutex
+	results  []wire.CommandResult
+	resReady chan struct{}
 }
 
 // New opens the player endpoint.
@@ -233,7 +247,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger, players: map[uint32]*session{},
-		watchers: map[*session]struct{}{}, applied: map[uint32]uint64{}, sessions: map[uint32]uint64{}, appending: make(chan struct{}, cfg.MaxAppending)}
+		watchers: map[*session]struct{}{}, applied: map[uint32]uint64{}, sessions: map[uint32]uint64{}, queue: newAppendQueue()}
 	s.metrics = serverMetrics{
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions", Help: "Open player sessions."}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions_closed_total",
@@ -256,7 +270,19 @@ func (s *Server) Addr() string { return s.ep.Addr().String() }
 
 // Serve accepts players until ctx ends, then closes every connection.
 func (s *Server) Serve(ctx context.Context) error {
-	defer s.wg.Wait()
+	// The append workers outlive the sessions: a session's intake waits
+	// for its queued commands before it returns.
+	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	var workers sync.WaitGroup
+	for range s.cfg.MaxAppending {
+		workers.Add(1)
+		go func() { defer workers.Done(); s.appendWorker(wctx) }()
+	}
+	defer func() {
+		s.wg.Wait()
+		stopWorkers()
+		workers.Wait()
+	}()
 	defer s.ep.Close()
 	for {
 		conn, err := s.ep.Accept(ctx)
@@ -331,7 +357,8 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		// deterministic ids, in a session of this connection alone.
 		hello.Session = NewSessionID()
 	}
-	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan []byte, 1)}
+	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan []byte, 1),
+		slots: make(chan struct{}, s.cfg.MaxInflight), resReady: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if sess.spectator {
 		// Spectators get the whole world, the costliest feed: bounded in
@@ -385,19 +412,23 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	return s.intake(ctx, sess)
 }
 
-// intake reads the player's commands, appends accepted ones (several in
-// flight, each with its CommandID) and acknowledges each when the log has
-// stored it, with the log's durability.
+// intake reads the player's commands as they arrive, judges each (at its
+// arrival time: the rate limit and the ack delay histogram both start
+// there), and queues accepted ones for the server's append workers. The
+// read loop blocks only when the player has MaxInflight commands neither
+// acknowledged nor failed (its own window): a slow log delays
+// acknowledgements, never the reading of state acknowledgements or the
+// clock of the rate limit.
 func (s *Server) intake(ctx context.Context, sess *session) error {
 	in := NewIntake(sess.claims.PlayerID, s.cfg.Limits)
 	if sess.spectator {
 		in.Spectate()
 	}
-	slots := make(chan struct{}, s.cfg.MaxInflight)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Wait for this session's commands still queued or being appended
+	// (the workers see cctx end and give them up quickly).
+	defer sess.pending.Wait()
 	buf := make([]byte, 0, MaxPlayerFrame)
 	for {
 		frame, err := sess.st.ReadFrame(buf[:0])
@@ -410,7 +441,8 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 			}
 			return nil // the player went away
 		}
-		v := in.Frame(frame, s.cfg.Now())
+		received := s.cfg.Now()
+		v := in.Frame(frame, received)
 		switch {
 		case v.Err != nil:
 			return v.Err
@@ -441,55 +473,155 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 			continue
 		}
 		select {
-		case slots <- struct{}{}:
+		case sess.slots <- struct{}{}:
 		case <-cctx.Done():
 			s.inflight.Add(-1)
 			return cctx.Err()
 		}
-		select {
-		case s.appending <- struct{}{}:
-		case <-cctx.Done():
-			<-slots
-			s.inflight.Add(-1)
-			return cctx.Err()
-		}
-		wg.Add(1)
-		received := time.Now()
-		go func(seq uint64, env []byte) {
-			defer wg.Done()
-			// A resent command (after a reconnection, or to a restarted
-			// server) has the id it had the first time: the log stores
-			// it once and returns as for the first append.
-			err := s.cfg.Log.AppendWithID(cctx, CommandID(sess.claims.PlayerID, sess.id, seq), env)
-			// Release the shared append slot and the in-flight count
-			// before writing the acknowledgement: a client that stops
-			// reading holds up only its own writes (and its own 64
-			// slots), never other players' intake.
-			<-s.appending
-			s.inflight.Add(-1)
-			defer func() { <-slots }()
-			if err != nil {
-				s.metrics.commands.WithLabelValues("failed").Inc()
-				return
-			}
-			s.metrics.commands.WithLabelValues(s.cfg.Durability.String()).Inc()
-			s.metrics.ackDelay.Observe(time.Since(received).Seconds())
-			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: seq, Status: s.cfg.Durability.AckStatus()}))
-		}(v.Command.Seq, v.Append)
+		sess.pending.Add(1)
+		s.queue.push(appendJob{ctx: cctx, sess: sess, seq: v.Command.Seq, env: v.Append, received: received})
 	}
 }
 
-// writeState sends the state updates queued in stateOut on the session's
-// stream until ctx ends; a slow client only delays its own updates (a
-// newer one replaces a queued one).
+// appendJob is an accepted command waiting for an append worker.
+type appendJob struct {
+	ctx      context.Context // the session's intake: a job of a closed session is given up
+	sess     *session
+	seq      uint64
+	env      []byte
+	received time.Time
+}
+
+// appendQueue is the FIFO of accepted commands between the sessions' read
+// loops and the append workers. It is bounded by the sessions' windows
+// (each job holds one of its session's MaxInflight slots), so pushing never
+// blocks a read loop.
+type appendQueue struct {
+	mu   sync.Mutex
+	jobs []appendJob
+	head int
+	wake chan struct{} // one pending signal: jobs are waiting
+}
+
+func newAppendQueue() *appendQueue { return &appendQueue{wake: make(chan struct{}, 1)} }
+
+func (q *appendQueue) push(j appendJob) {
+	q.mu.Lock()
+	if q.head > 0 && q.head == len(q.jobs) {
+		q.jobs, q.head = q.jobs[:0], 0
+	}
+	q.jobs = append(q.jobs, j)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop returns the oldest job, waiting for one until ctx ends.
+func (q *appendQueue) pop(ctx context.Context) (appendJob, bool) {
+	for {
+		q.mu.Lock()
+		if q.head < len(q.jobs) {
+			j := q.jobs[q.head]
+			q.jobs[q.head] = appendJob{}
+			q.head++
+			more := q.head < len(q.jobs)
+			if q.head > 1024 && q.head*2 > len(q.jobs) {
+				q.jobs, q.head = append(q.jobs[:0], q.jobs[q.head:]...), 0
+			}
+			q.mu.Unlock()
+			if more {
+				select { // pass the signal on to another worker
+				case q.wake <- struct{}{}:
+				default:
+				}
+			}
+			return j, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.wake:
+		case <-ctx.Done():
+			return appendJob{}, false
+		}
+	}
+}
+
+// appendWorker appends queued commands, one at a time, until ctx ends;
+// the server runs MaxAppending of them (the cap on commands of all players
+// waiting for the log). Acknowledgements go to the session's writer, so a
+// client that stops reading holds up only its own writes.
+func (s *Server) appendWorker(ctx context.Context) {
+	for {
+		j, ok := s.queue.pop(ctx)
+		if !ok {
+			return
+		}
+		err := j.ctx.Err()
+		if err == nil {
+			// A resent command (after a reconnection, or to a restarted
+			// server) has the id it had the first time: the log stores
+			// it once and returns as for the first append.
+			err = s.cfg.Log.AppendWithID(j.ctx, CommandID(j.sess.claims.PlayerID, j.sess.id, j.seq), j.env)
+		}
+		s.inflight.Add(-1)
+		if err != nil {
+			s.metrics.commands.WithLabelValues("failed").Inc()
+			<-j.sess.slots
+		} else {
+			s.metrics.commands.WithLabelValues(s.cfg.Durability.String()).Inc()
+			s.metrics.ackDelay.Observe(s.cfg.Now().Sub(j.received).Seconds())
+			j.sess.queueResult(wire.CommandResult{Seq: j.seq, Status: s.cfg.Durability.AckStatus()})
+		}
+		j.sess.pending.Done()
+	}
+}
+
+// queueResult hands an acknowledgement to the session's writer, which
+// releases the command's slot once it has written it.
+func (sess *session) queueResult(r wire.CommandResult) {
+	sess.resMu.Lock()
+	sess.results = append(sess.results, r)
+	sess.resMu.Unlock()
+	select {
+	case sess.resReady <- struct{}{}:
+	default:
+	}
+}
+
+// writeState writes the session's acknowledgements (all those waiting, in
+// one flush: fewer packets) and the state updates too large for a
+// datagram (a newer one replaces a queued one) on its stream until ctx
+// ends; a slow client only delays its own writes.
 func (sess *session) writeState(ctx context.Context) {
+	var results []wire.CommandResult
+	var buf []byte
+	var err error // once the stream fails, writes stop but slots are still released
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case frame := <-sess.stateOut:
-			if err := sess.st.WriteFrame(frame); err != nil {
-				return
+			if err == nil {
+				err = sess.st.WriteFrame(frame)
+			}
+		case <-sess.resReady:
+			sess.resMu.Lock()
+			results, sess.results = sess.results, results[:0]
+			sess.resMu.Unlock()
+			for _, r := range results {
+				if err != nil {
+					break
+				}
+				buf = wire.EncodeSession(buf[:0], r)
+				err = sess.st.BufferFrame(buf)
+			}
+			if err == nil {
+				err = sess.st.Flush()
+			}
+			for range results {
+				<-sess.slots
 			}
 		}
 	}

@@ -75,7 +75,12 @@ func startServerWith(t *testing.T, cfg Config) *testServer {
 		t.Fatal(err)
 	}
 	ml := &memLog{}
-	cfg.ListenAddr, cfg.TLS, cfg.Secret, cfg.Log = "127.0.0.1:0", stls, testSecret, ml
+	cfg.ListenAddr, cfg.TLS, cfg.Secret = "127.0.0.1:0", stls, testSecret
+	if cfg.Log == nil {
+		cfg.Log = ml
+	} else {
+		ml = nil // the caller's log
+	}
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,9 @@ type Frames struct {
 	// onApplied, if set, is told each player command of a complete tick
 	// (its player and client sequence), in log order.
 	onApplied func(player uint32, seq uint64)
+	// onComplete, if set, is told each tick as it completes, in order,
+	// under mu (the world's overrun count).
+	onComplete func(tick uint64)
 }
 
 type pendingFrame struct {
@@ -62,6 +65,13 @@ func NewFrames(shards int, newFrame func(tick uint64) Frame) *Frames {
 // OnApplied sets the function told each player command of a complete tick.
 // Set it before the world starts.
 func (h *Frames) OnApplied(fn func(player uint32, seq uint64)) { h.onApplied = fn }
+
+// setOnComplete sets the function told each tick as it completes.
+func (h *Frames) setOnComplete(fn func(tick uint64)) {
+	h.mu.Lock()
+	h.onComplete = fn
+	h.mu.Unlock()
+}
 
 // Add takes the shard of info (a Supervisor's OnTick, on the shard's
 // runner goroutine, between two Steps); the tick's frame is sealed when
@@ -123,6 +133,9 @@ func (h *Frames) Add(info replay.TickInfo) {
 	}
 	h.ring[info.Tick%FrameRing], h.ticks[info.Tick%FrameRing] = p.f, info.Tick
 	h.last = info.Tick
+	if h.onComplete != nil {
+		h.onComplete(info.Tick)
+	}
 	if h.onApplied != nil {
 		for _, a := range p.applied {
 			h.onApplied(uint32(a[0]), a[1])

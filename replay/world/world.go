@@ -143,7 +143,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 		step: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "world", Name: "step_seconds",
 			Help: "Duration of one sector's Step.", Buckets: prometheus.ExponentialBuckets(10e-6, 2, 14)}),
 		overruns: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "world", Name: "tick_overruns_total",
-			Help: "Sector steps longer than a tick period."}),
+			Help: "Tick periods that passed without the world completing a tick: ticks completed more than a period late on the tick-rate schedule, and ticks that never completed (see World's doc)."}),
 		tick: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "broadside", Subsystem: "world", Name: "tick",
 			Help: "Newest tick every sector has stepped."}),
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "world", Name: "recoveries_total",
@@ -249,6 +249,8 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if w.frames == nil {
 		w.frames = NewFrames(cfg.Game.Shards, cfg.Game.NewFrame)
 	}
+	w.metrics = newMetrics(cfg.Registry)
+	w.watchOverruns(time.Now)
 	quiet := cfg.Logger.With("store", "pebble")
 	var err error
 	if w.snaps, err = snapshot.OpenPebble(filepath.Join(cfg.Dir, "snapshots"), snapshot.PebbleOptions{Logger: quiet}); err != nil {
@@ -264,7 +266,6 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 			return nil, err
 		}
 	}
-	w.metrics = newMetrics(cfg.Registry)
 	if w.sup, err = replay.NewSupervisor(w.supervisorConfig()); err != nil {
 		w.closeStores()
 		return nil, err
@@ -299,7 +300,6 @@ func (w *World) period() time.Duration { return time.Second / time.Duration(w.cf
 
 func (w *World) supervisorConfig() replay.SupervisorConfig {
 	cfg := w.cfg
-	period := w.period()
 	var store snapshot.Store = w.snaps
 	if cfg.BeforeSnapshotPut != nil || cfg.BeforeSnapshotGet != nil {
 		store = hookedStore{Store: w.snaps, beforePut: cfg.BeforeSnapshotPut, beforeGet: cfg.BeforeSnapshotGet}
@@ -323,9 +323,6 @@ func (w *World) supervisorConfig() replay.SupervisorConfig {
 		Logger:       cfg.Logger,
 		OnTick: func(info replay.TickInfo) {
 			w.metrics.step.Observe(info.Step.Seconds())
-			if info.Step > period {
-				w.metrics.overruns.Inc()
-			}
 			w.frames.Add(info)
 		},
 		OnRecovery: func(r replay.Recovery) {
@@ -529,4 +526,61 @@ func (w *World) closeStores() {
 		w.snaps.Close()
 		w.snaps = nil
 	}
+}
+
+// watchOverruns counts the world's overruns (broadside_world_tick_overruns_total)
+// from the moments its ticks complete, read from now.
+//
+// An overrun is a tick period that passed without the world completing a
+// tick, whatever the cause (a slow log delaying the tick markers, a sector
+// stepping slowly, a starved process): the world promises TickRate ticks
+// a second, and a tick is complete when every sector stepped it. Each
+// complete tick is placed on a schedule of one tick per period from an
+// anchor; a tick completing more than one period after its slot counts
+// the whole periods it is late by, and the schedule restarts from it
+// (ticks that then arrive in a burst, catching up, count nothing more). A
+// tick completing ahead of its slot moves the anchor earlier. Ticks that
+// never complete (Frames gives up a tick a stalled sector never stepped)
+// count one each. Jitter under a period counts nothing; a world running
+// at 25 Hz counts 5 a second; the step time of a sector alone (which the
+// step histogram shows) is not an overrun unless it delays a tick.
+func (w *World) watchOverruns(now func() time.Time) {
+	sched := tickSchedule{period: w.period()}
+	w.frames.setOnComplete(func(tick uint64) {
+		if n := sched.complete(tick, now()); n > 0 {
+			w.metrics.overruns.Add(float64(n))
+		}
+	})
+}
+
+// tickSchedule places completed ticks on a schedule of one per period and
+// counts the periods missed (see watchOverruns).
+type tickSchedule struct {
+	period     time.Duration
+	anchor     time.Time // when anchorTick completed
+	anchorTick uint64    // 0: no tick yet
+	last       uint64    // newest tick completed
+}
+
+// complete records that tick completed at now (ticks in increasing order)
+// and returns the overruns it reveals.
+func (s *tickSchedule) complete(tick uint64, now time.Time) uint64 {
+	var missed uint64
+	if s.last != 0 && tick > s.last+1 {
+		missed = tick - s.last - 1 // ticks that never completed
+	}
+	s.last = max(s.last, tick)
+	if s.anchorTick == 0 || tick <= s.anchorTick {
+		s.anchor, s.anchorTick = now, tick
+		return missed
+	}
+	lag := now.Sub(s.anchor.Add(time.Duration(tick-s.anchorTick) * s.period))
+	switch {
+	case lag < 0:
+		s.anchor, s.anchorTick = now, tick
+	case lag > s.period:
+		missed += uint64(lag / s.period)
+		s.anchor, s.anchorTick = now, tick
+	}
+	return missed
 }

@@ -177,7 +177,7 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	if serr := g.stop(ctx); err == nil && serr != nil {
 		err = fmt.Errorf("stop: %w", serr)
 	}
-	res.Sent, res.Acked, res.Applied, res.Skipped = rep.Sent, rep.Durable, rep.Applied, rep.Skipped
+	res.Sent, res.Acked, res.Applied, res.Skipped = rep.Sent, rep.Acked, rep.Applied, rep.Skipped
 	for _, e := range rep.Errors {
 		res.Errors += e
 	}

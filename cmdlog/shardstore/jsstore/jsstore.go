@@ -208,6 +208,9 @@ func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, er
 		return nil, fmt.Errorf("jsstore: stream %s: %w", opts.Stream, err)
 	}
 	s.stream = st
+	if err := waitForLeader(ctx, st); err != nil {
+		return nil, fmt.Errorf("jsstore: stream %s: %w", opts.Stream, err)
+	}
 	if err := s.replay(ctx); err != nil {
 		return nil, fmt.Errorf("jsstore: stream %s: replay: %w", opts.Stream, err)
 	}
@@ -657,4 +660,21 @@ func copyEntry(e msg.Entry) msg.Entry {
 		e.Record.Data = slices.Clone(e.Record.Data)
 	}
 	return e
+}
+
+// waitForLeader waits until st has a leader: a replicated stream just
+// created may not have one yet, and requests to it fail with "no
+// responders".
+func waitForLeader(ctx context.Context, st jetstream.Stream) error {
+	for {
+		info, err := st.Info(ctx)
+		if err == nil && (info.Cluster == nil || info.Cluster.Leader != "") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no leader: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

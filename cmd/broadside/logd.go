@@ -9,7 +9,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord"
@@ -20,10 +22,13 @@ import (
 	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/cmdlog/shard"
 	"github.com/anoptic/broadside/cmdlog/shardstore"
+	"github.com/anoptic/broadside/cmdlog/shardstore/jsstore"
 	"github.com/anoptic/broadside/cmdlog/wal"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // logdFlags are the flags of 'broadside logd'.
@@ -37,6 +42,44 @@ type logdFlags struct {
 	embeddedNATS string
 	metricsAddr  string
 	suspect      int
+	shardStore   string
+	shardReps    int
+	coordReps    int
+	nats         natsFlags
+}
+
+// natsFlags are the credentials and TLS of a node's NATS connections (the
+// view coordinator and, with --shard-store jetstream, the shard's stream).
+type natsFlags struct {
+	user, passwordFile, nkeyFile, credsFile string
+	caFile, certFile, keyFile               string
+}
+
+func (n *natsFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&n.user, "nats-user", "", "NATS user name (with --nats-password-file)")
+	f.StringVar(&n.passwordFile, "nats-password-file", "", "file holding the NATS user's password")
+	f.StringVar(&n.nkeyFile, "nats-nkey", "", "file holding a NATS user nkey seed (SU...), for nkey authentication")
+	f.StringVar(&n.credsFile, "nats-creds", "", "NATS credentials file (user JWT and seed; decentralised auth)")
+	f.StringVar(&n.caFile, "nats-ca", "", "CA certificate of the NATS servers: connect over TLS and verify them against it")
+	f.StringVar(&n.certFile, "nats-cert", "", "client certificate for NATS servers that verify clients (with --nats-key)")
+	f.StringVar(&n.keyFile, "nats-key", "", "private key of --nats-cert")
+}
+
+// connOptions returns the natscoord options the flags describe.
+func (n *natsFlags) connOptions() (natscoord.ConnOptions, error) {
+	o := natscoord.ConnOptions{User: n.user, NkeySeedFile: n.nkeyFile, CredsFile: n.credsFile,
+		CAFile: n.caFile, CertFile: n.certFile, KeyFile: n.keyFile}
+	if n.passwordFile != "" {
+		if n.user == "" {
+			return o, fmt.Errorf("--nats-password-file needs --nats-user")
+		}
+		b, err := os.ReadFile(n.passwordFile)
+		if err != nil {
+			return o, fmt.Errorf("--nats-password-file: %w", err)
+		}
+		o.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	return o, nil
 }
 
 func newLogdCmd() *cobra.Command {
@@ -58,11 +101,21 @@ Durability of the sequencing replicas (--durability):
   memory  (opt-in) acknowledged once in memory on every replica of the view
           (as in the LazyLog paper): an acknowledgement says 'replicated';
           the append survives as long as one replica of that view survives.
-Shards always sync their Pebble store before acknowledging the leader.
+Shards always make their writes durable before acknowledging the leader.
+Where a shard keeps them (--shard-store):
+  pebble     (the default) a Pebble store under --data, synced: losing the
+             node's disk loses the shard's stripes.
+  jetstream  a JetStream stream (broadside-CLUSTER-shard-ID) on the NATS
+             servers of --coord, with --shard-replicas replicas (3: give
+             --coord a 3-node cluster whose servers run with
+             'sync_interval: always'); nothing is kept under --data, so the
+             node or its disk can be lost. See docs/nats.md.
 
 The view coordinator is NATS JetStream KV (--coord nats://...). For one
 machine, --embedded-nats HOST:PORT starts a nats-server inside this node (its
-data under --data/nats) that the other nodes use as --coord.`,
+data under --data/nats) that the other nodes use as --coord. The --nats-*
+flags give credentials (user and password, an nkey, or a creds file) and TLS
+for every NATS connection of the node.`,
 		Example: `  # a 3-replica, 2-shard cluster on one machine (five terminals):
   P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102
   broadside logd --role seq --id 1 --peers $P --data /tmp/bs/1 --tls-dir /tmp/bs/tls --embedded-nats 127.0.0.1:4222
@@ -86,6 +139,10 @@ data under --data/nats) that the other nodes use as --coord.`,
 	f.StringVar(&o.embeddedNATS, "embedded-nats", "", "start a nats-server in this process on HOST:PORT and use it as the coordinator")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /debug/pprof on this address")
 	f.IntVar(&o.suspect, "suspect-ticks", 20, "ticks of silence before a peer is considered failed")
+	f.StringVar(&o.shardStore, "shard-store", "pebble", "where a shard keeps its entries: pebble (local, under --data) or jetstream (a NATS JetStream stream)")
+	f.IntVar(&o.shardReps, "shard-replicas", 3, "replicas of the shard's JetStream stream when this node creates it (--shard-store jetstream)")
+	f.IntVar(&o.coordReps, "coord-replicas", 1, "replicas of the view coordinator's KV bucket when this node creates it (3 on a NATS cluster)")
+	o.nats.register(f)
 	cmd.MarkFlagRequired("role")
 	cmd.MarkFlagRequired("id")
 	return cmd
@@ -127,7 +184,15 @@ func runLogd(ctx context.Context, o logdFlags) error {
 		o.cf.coordURL = ns.ClientURL()
 		log.Info("embedded nats-server", "url", o.cf.coordURL)
 	}
-	co, closeCoord, err := openCoordinator(ctx, o.cf.coordURL, o.cf.clusterName)
+	if o.cf.coordURL == "" {
+		return fmt.Errorf("--coord nats://HOST:PORT is required (or run a node with --embedded-nats)")
+	}
+	connOpts, err := o.nats.connOptions()
+	if err != nil {
+		return err
+	}
+	co, closeCoord, err := natscoord.DialConfig(ctx, o.cf.coordURL,
+		natscoord.Config{Cluster: o.cf.clusterName, Replicas: o.coordReps}, connOpts)
 	if err != nil {
 		return err
 	}
@@ -156,7 +221,7 @@ func runLogd(ctx context.Context, o logdFlags) error {
 	case "seq":
 		return n.runSeq(ctx, o, co, replicaIDs(peers))
 	case "shard":
-		return n.runShard(ctx, o)
+		return n.runShard(ctx, o, connOpts)
 	default:
 		return fmt.Errorf("--role must be seq or shard, not %q", o.role)
 	}
@@ -208,19 +273,71 @@ func (n logdNode) runSeq(ctx context.Context, o logdFlags, co coord.Coordinator,
 	})
 }
 
-// runShard runs a shard on its Pebble store.
-func (n logdNode) runShard(ctx context.Context, o logdFlags) error {
+// runShard runs a shard on its store (--shard-store).
+func (n logdNode) runShard(ctx context.Context, o logdFlags, connOpts natscoord.ConnOptions) error {
 	if n.self < cmdlog.FirstShardID {
 		return fmt.Errorf("shard ids start at %d", cmdlog.FirstShardID)
 	}
-	st, err := shardstore.Open(filepath.Join(o.dataDir, "shard"), shardstore.Options{Logger: n.log})
-	if err != nil {
-		return err
+	var st shard.Storage
+	switch o.shardStore {
+	case "pebble":
+		p, err := shardstore.Open(filepath.Join(o.dataDir, "shard"), shardstore.Options{Logger: n.log})
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		st = p
+	case "jetstream":
+		js, closeJS, err := openShardStream(ctx, o, n.self, connOpts, n.log)
+		if err != nil {
+			return err
+		}
+		defer closeJS()
+		st = js
+	default:
+		return fmt.Errorf("--shard-store must be pebble or jetstream, not %q", o.shardStore)
 	}
-	defer st.Close()
 	metrics := node.NewShardMetrics(n.reg)
 	return node.RunShard(ctx, node.ShardConfig{
 		Core: shard.Config{ID: n.self, Layout: n.layout}, Storage: st, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
 		Observe: metrics.Observe,
 	})
+}
+
+// shardStreamName is the JetStream stream of shard id of cluster: letters,
+// digits, '-' and '_' only.
+func shardStreamName(cluster string, id msg.NodeID) string {
+	clean := []byte(cluster)
+	for i, c := range clean {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			clean[i] = '_'
+		}
+	}
+	return fmt.Sprintf("broadside-%s-shard-%d", clean, id)
+}
+
+// openShardStream opens the shard's store on a JetStream stream of the
+// NATS servers at --coord, on a connection of its own. The returned func
+// closes the store and the connection.
+func openShardStream(ctx context.Context, o logdFlags, id msg.NodeID, connOpts natscoord.ConnOptions, log *slog.Logger) (*jsstore.Store, func(), error) {
+	connOpts.Name = fmt.Sprintf("broadside-shard-%d", id)
+	nc, err := natscoord.Connect(o.cf.coordURL, connOpts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("shard store: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("shard store: %w", err)
+	}
+	name := shardStreamName(o.cf.clusterName, id)
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	st, err := jsstore.Open(octx, js, jsstore.Options{Stream: name, Replicas: o.shardReps, Logger: log})
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("shard store (R%d; a single NATS server needs --shard-replicas 1): %w", o.shardReps, err)
+	}
+	log.Info("shard store on JetStream", "stream", name, "replicas", o.shardReps)
+	return st, func() { st.Close(); nc.Close() }, nil
 }

@@ -1,6 +1,7 @@
 package natscoord
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,11 +61,46 @@ type EmbeddedOptions struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// default 10 s.
 	ReadyTimeout time.Duration
+	// Auth is what the server demands of clients; the zero value demands
+	// nothing (loopback development and tests).
+	Auth ServerAuth
+}
+
+// ServerAuth is what an embedded server demands of its clients: a user and
+// password, or an nkey (a client may use either when both are set), and
+// TLS. Clients authenticate with the matching ConnOptions.
+type ServerAuth struct {
+	// User and Password, when User is set, admit a client with them.
+	User, Password string
+	// Nkeys are public user nkeys ("U..."): a client holding the seed of
+	// one of them is admitted.
+	Nkeys []string
+	// TLS, when set, is the server's TLS configuration for client
+	// connections (its certificate, and ClientCAs to verify clients), and
+	// clients must use TLS.
+	TLS *tls.Config
+}
+
+func (a ServerAuth) apply(o *server.Options) {
+	if a.User != "" {
+		o.Users = []*server.User{{Username: a.User, Password: a.Password}}
+	}
+	for _, k := range a.Nkeys {
+		o.Nkeys = append(o.Nkeys, &server.NkeyUser{Nkey: k})
+	}
+	if a.TLS != nil {
+		o.TLSConfig = a.TLS
+		o.TLS = true
+		o.TLSVerify = a.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+		o.TLSTimeout = 2
+	}
 }
 
 // Embedded is a nats-server with JetStream running in this process.
 type Embedded struct {
-	srv *server.Server
+	srv   *server.Server
+	sopts *server.Options // a clone of what it started with, for a restart
+	eopts EmbeddedOptions
 }
 
 // StartEmbedded starts a single server and waits until it accepts
@@ -91,7 +127,7 @@ func serverOptions(opts EmbeddedOptions) (*server.Options, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	return &server.Options{
+	sopts := &server.Options{
 		ServerName: opts.ServerName,
 		Host:       host,
 		Port:       opts.Port,
@@ -99,10 +135,13 @@ func serverOptions(opts EmbeddedOptions) (*server.Options, error) {
 		StoreDir:   opts.StoreDir,
 		SyncAlways: opts.Sync == SyncAlways,
 		NoSigs:     true,
-	}, nil
+	}
+	opts.Auth.apply(sopts)
+	return sopts, nil
 }
 
 func startServer(sopts *server.Options, opts EmbeddedOptions) (*Embedded, error) {
+	saved := sopts.Clone()
 	srv, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("natscoord: start nats-server: %w", err)
@@ -120,7 +159,7 @@ func startServer(sopts *server.Options, opts EmbeddedOptions) (*Embedded, error)
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("natscoord: start nats-server %q: not ready after %v", sopts.ServerName, timeout)
 	}
-	return &Embedded{srv: srv}, nil
+	return &Embedded{srv: srv, sopts: saved, eopts: opts}, nil
 }
 
 // ClientURL returns the URL clients connect to.
@@ -155,6 +194,9 @@ type ClusterOptions struct {
 	// ReadyTimeout bounds the wait for the cluster to elect a JetStream
 	// meta leader; default 30 s.
 	ReadyTimeout time.Duration
+	// Auth is what every node demands of clients (routes between the
+	// nodes are not authenticated: loopback only).
+	Auth ServerAuth
 }
 
 // Cluster is a JetStream cluster of embedded servers on loopback.
@@ -193,6 +235,7 @@ func StartCluster(n int, dir string, opts ClusterOptions) (*Cluster, error) {
 			Port:       clientPorts[i],
 			ServerName: nodeName,
 			Sync:       opts.Sync,
+			Auth:       opts.Auth,
 		})
 		if err != nil {
 			c.Shutdown()
@@ -241,6 +284,28 @@ func (c *Cluster) waitForMetaLeader(timeout time.Duration) error {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+// StopNode shuts node i down (its store directory stays), as when its
+// machine goes away; RestartNode brings it back.
+func (c *Cluster) StopNode(i int) {
+	c.Nodes[i].Shutdown()
+}
+
+// RestartNode starts node i again on the same ports and store directory
+// (after StopNode; a running node is stopped first) and waits until it
+// accepts connections. It does not wait for its streams to catch up.
+func (c *Cluster) RestartNode(i int) error {
+	old := c.Nodes[i]
+	if old.srv.Running() {
+		old.Shutdown()
+	}
+	node, err := startServer(old.sopts.Clone(), old.eopts)
+	if err != nil {
+		return fmt.Errorf("natscoord: restart node %d: %w", i+1, err)
+	}
+	c.Nodes[i] = node
+	return nil
 }
 
 // URL returns the client URLs of all nodes, comma-separated, as

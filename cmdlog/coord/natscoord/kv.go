@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/anoptic/broadside/cmdlog/coord"
@@ -87,20 +89,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*KV, error) {
 	if cfg.Replicas < 1 || cfg.Replicas > 5 {
 		return nil, fmt.Errorf("natscoord: %d replicas, want 1..5", cfg.Replicas)
 	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      cfg.Bucket,
-			Description: "Broadside cmdlog view records, one key per cluster",
-			History:     cfg.History,
-			Storage:     jetstream.FileStorage,
-			Replicas:    cfg.Replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) { // created concurrently
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
+	kv, err := openBucket(ctx, js, cfg)
 	if err != nil {
+		return nil, fmt.Errorf("natscoord: bucket %s: %w", cfg.Bucket, err)
+	}
+	if err := WaitForStreamLeader(ctx, js, "KV_"+cfg.Bucket); err != nil {
 		return nil, fmt.Errorf("natscoord: bucket %s: %w", cfg.Bucket, err)
 	}
 	log := cfg.Logger
@@ -206,4 +199,70 @@ func (n *KV) Watch(ctx context.Context) (<-chan coord.Update, error) {
 		}
 	}()
 	return out, nil
+}
+
+// WaitForStreamLeader waits until stream has a leader, as a replicated
+// stream or KV bucket just created may not yet (requests to it then fail
+// with "no responders"), or until ctx ends.
+func WaitForStreamLeader(ctx context.Context, js jetstream.JetStream, stream string) error {
+	for {
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			info, ierr := st.Info(ctx)
+			if ierr == nil && (info.Cluster == nil || info.Cluster.Leader != "") {
+				return nil
+			}
+			err = ierr
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stream %s has no leader: %w (last: %v)", stream, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// openBucket looks the bucket up, creating it if it does not exist. A
+// replicated bucket created by several processes at once can take longer
+// than one API request's timeout on a busy machine, so a request that
+// timed out is retried for up to 30 s (or until ctx ends).
+//
+// The bucket's stream is created here rather than by CreateKeyValue so
+// that a replicated bucket has direct gets off: with them any replica
+// answers a Get, and one that is behind answers with an older view record
+// or none (a process that lost a Create to another then found no record at
+// all, seen on a 3-node cluster); without them the stream leader answers,
+// so a Get sees every completed compare-and-set.
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.KeyValue, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		kv, err := js.KeyValue(ctx, cfg.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+				Name:              "KV_" + cfg.Bucket,
+				Description:       "Broadside cmdlog view records, one key per cluster",
+				Subjects:          []string{"$KV." + cfg.Bucket + ".>"},
+				MaxMsgsPerSubject: int64(cfg.History),
+				MaxBytes:          -1,
+				MaxMsgSize:        -1,
+				MaxMsgs:           -1,
+				MaxConsumers:      -1,
+				Storage:           jetstream.FileStorage,
+				Replicas:          cfg.Replicas,
+				AllowRollup:       true,
+				DenyDelete:        true,
+				Duplicates:        2 * time.Minute,
+				AllowDirect:       cfg.Replicas == 1, // one server: direct gets are consistent
+				Discard:           jetstream.DiscardNew,
+			})
+			if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // created concurrently
+				kv, err = js.KeyValue(ctx, cfg.Bucket)
+			}
+		}
+		retry := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+		if err == nil || !retry || ctx.Err() != nil || time.Now().After(deadline) {
+			return kv, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -211,10 +211,23 @@ func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, er
 	if err := waitForLeader(ctx, st); err != nil {
 		return nil, fmt.Errorf("jsstore: stream %s: %w", opts.Stream, err)
 	}
-	if err := s.replay(ctx); err != nil {
-		return nil, fmt.Errorf("jsstore: stream %s: replay: %w", opts.Stream, err)
+	// Replay again from scratch while a NATS node is coming or going (a
+	// consumer that cannot be placed, a request that times out), until
+	// ctx ends.
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.replay(actx)
+		cancel()
+		if err == nil {
+			return s, nil
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrCorrupt) {
+			return nil, fmt.Errorf("jsstore: stream %s: replay (attempt %d): %w", opts.Stream, attempt, err)
+		}
+		s.log.Warn("replay failed; retrying", "attempt", attempt, "err", err)
+		s.entries, s.meta, s.metaAt = nil, shard.Meta{}, 0
+		time.Sleep(100 * time.Millisecond)
 	}
-	return s, nil
 }
 
 // replay rebuilds the state from the stream's messages up to its last
@@ -557,6 +570,10 @@ func isWrongLastSeq(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
+// jsErrCodeDuplicateMessageConflict is nats-server's "duplicate message id
+// is in process" (409), which nats.go does not name.
+const jsErrCodeDuplicateMessageConflict jetstream.ErrorCode = 10158
+
 // isPermanent reports errors a retry cannot fix: the server answered and
 // refused (other than a wrong last sequence, handled by the caller).
 func isPermanent(err error) bool {
@@ -567,6 +584,10 @@ func isPermanent(err error) bool {
 			return false
 		case jetstream.JSErrCodeStreamNotFound:
 			return true
+		case jsErrCodeDuplicateMessageConflict:
+			// An earlier attempt with this Nats-Msg-Id is still being
+			// proposed (the stream leader changed under it): wait for it.
+			return false
 		}
 		// Storage full, message too large, etc.: 4xx codes.
 		return apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408

@@ -325,6 +325,24 @@ func TestNATSNodeKilledUnderWrites(t *testing.T) {
 		t.Fatalf("stream leader %q is none of the nodes", info.Cluster.Leader)
 		return -1
 	}
+	waitCurrent := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st, err := js.Stream(ctxFor(t), s.opts.Stream)
+			if err == nil {
+				info, err := st.Info(ctxFor(t))
+				if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) == 2 &&
+					info.Cluster.Replicas[0].Current && info.Cluster.Replicas[1].Current {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("stream replicas not current after 30 s: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	waitAcked(200)
 	kills := 0
 	victims := []int{leader()}
@@ -343,6 +361,9 @@ func TestNATSNodeKilledUnderWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitAcked(100)
+		// Lose no second node before the restarted one has caught up: R3
+		// survives one node lost at a time.
+		waitCurrent()
 	}
 	close(stop)
 	if err := <-done; err != nil {

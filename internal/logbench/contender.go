@@ -55,6 +55,7 @@ func Contenders() []Contender {
 			Start: func(ctx context.Context, env Env) (System, error) { return startLazylog(ctx, env, false) }},
 		{Name: "lazylog-fsync", Describe: "cmdlog as above; acked when in the fsynced WAL of all 3 replicas (1 RTT + group commit)",
 			Start: func(ctx context.Context, env Env) (System, error) { return startLazylog(ctx, env, true) }},
+		{Name: "lazylog-jetstream", Describe: describeLazylogJetStream, Start: startLazylogJetStream},
 		{Name: "corfu", Describe: "Corfu-style: sequencer token + client-driven chain write to 3 Pebble replicas, no fsync (4 RTT)",
 			Start: func(ctx context.Context, env Env) (System, error) { return startCorfu(ctx, env, false) }},
 		{Name: "corfu-fsync", Describe: "Corfu-style as above; every replica fsyncs before acking (4 RTT + 3 fsyncs in series)",

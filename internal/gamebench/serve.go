@@ -14,6 +14,7 @@ import (
 	"github.com/anoptic/broadside/demo/bots"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/internal/logbench"
+	"github.com/anoptic/broadside/internal/report"
 )
 
 // ServeContender is one game-server configuration `bench serve` runs.
@@ -170,10 +171,10 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	if err != nil {
 		return res, err
 	}
-	tick0, cpu0, t0 := g.world.Tick(), processCPU(), time.Now()
+	tick0, cpu0, t0 := g.world.Tick(), report.ProcessCPU(), time.Now()
 	rep, err := bots.Run(ctx, bots.Config{Server: g.Addr(), TLS: cr.ca.ClientTLS(), Secret: cr.secret, N: n, Rate: cfg.Rate,
 		Duration: cfg.Duration, Behaviour: bots.Captain, Seed: 1})
-	elapsed, cpu, ticks := time.Since(t0), processCPU()-cpu0, g.world.Tick()-tick0
+	elapsed, cpu, ticks := time.Since(t0), report.ProcessCPU()-cpu0, g.world.Tick()-tick0
 	if serr := g.stop(ctx); err == nil && serr != nil {
 		err = fmt.Errorf("stop: %w", serr)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/internal/report"
 )
 
 // BenchmarkAppend appends 100-byte records to each contender, closed loop,
@@ -42,7 +43,7 @@ func BenchmarkAppend(b *testing.B) {
 						kinds0 = l.net.KindCounts()
 					}
 					b.ResetTimer()
-					cpu0 := processCPU()
+					cpu0 := report.ProcessCPU()
 					st := closedLoop(ctx, sys, payload, appenders, b.N, time.Hour, 10*time.Second)
 					b.StopTimer()
 					if st.Errors > 0 {
@@ -50,7 +51,7 @@ func BenchmarkAppend(b *testing.B) {
 					}
 					b.ReportMetric(us(st.P50), "p50-us")
 					b.ReportMetric(us(st.P99), "p99-us")
-					b.ReportMetric(us(perOp(processCPU()-cpu0, st.Ops)), "cpu-us/op")
+					b.ReportMetric(us(perOp(report.ProcessCPU()-cpu0, st.Ops)), "cpu-us/op")
 					if l, ok := sys.(*lazylog); ok {
 						// Messages between nodes (client, replicas, shards),
 						// ordering included.

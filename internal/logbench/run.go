@@ -36,6 +36,8 @@ import (
 	"runtime/pprof"
 	"strings"
 	"time"
+
+	"github.com/anoptic/broadside/internal/report"
 )
 
 // ClosedLoopPhase is one closed-loop latency measurement.
@@ -207,8 +209,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	defer prog.Finish()
 
 	rep := &Report{Machine: MachineDescription(), Options: opts, Started: time.Now()}
-	busy0, total0, machineOK := machineBusy()
-	cpu0 := processCPU()
+	busy0, total0, machineOK := report.MachineBusy()
+	cpu0 := report.ProcessCPU()
 	var errs []error
 	for _, c := range contenders {
 		results, err := runContender(ctx, c, opts, prog, unitsPerSize)
@@ -222,8 +224,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		runtime.GC() // the next contender starts on a clean heap
 	}
 	rep.Duration = time.Since(rep.Started)
-	rep.OwnCores = float64(processCPU()-cpu0) / float64(rep.Duration)
-	if busy1, total1, ok := machineBusy(); ok && machineOK && total1 > total0 {
+	rep.OwnCores = float64(report.ProcessCPU()-cpu0) / float64(rep.Duration)
+	if busy1, total1, ok := report.MachineBusy(); ok && machineOK && total1 > total0 {
 		rep.MachineCores = float64(busy1-busy0) / float64(total1-total0) * float64(runtime.NumCPU())
 	}
 	return rep, errors.Join(errs...)
@@ -329,10 +331,10 @@ func runSize(ctx context.Context, name string, sys System, size int, opts Option
 
 	for _, ph := range opts.ClosedLoop {
 		prog.Activity(fmt.Sprintf("%s: closed loop, %d appender(s)", label, ph.Appenders))
-		cpu0 := processCPU()
+		cpu0 := report.ProcessCPU()
 		st := closedLoop(ctx, sys, payload, ph.Appenders, ph.Ops, opts.ClosedLoopMaxTime, opts.OpTimeout)
 		_, settleErr := settle()
-		st.CPUPerOp = perOp(processCPU()-cpu0, st.Ops)
+		st.CPUPerOp = perOp(report.ProcessCPU()-cpu0, st.Ops)
 		res.Closed = append(res.Closed, st)
 		prog.Done(1)
 		if st.Ops == 0 || st.Errors > 0 {
@@ -351,12 +353,12 @@ func runSize(ctx context.Context, name string, sys System, size int, opts Option
 			break
 		}
 		prog.Activity(fmt.Sprintf("%s: open loop, %s/s", label, formatCount(rate)))
-		cpu0 := processCPU()
+		cpu0 := report.ProcessCPU()
 		st := openLoop(ctx, sys, payload, rate, opts.StepDuration, opts.MaxInflight, opts.DrainTime)
 		step := Step{Target: rate, Stats: st}
 		var settleErr error
 		step.Settle, settleErr = settle()
-		step.CPUPerOp = perOp(processCPU()-cpu0, st.Ops)
+		step.CPUPerOp = perOp(report.ProcessCPU()-cpu0, st.Ops)
 		step.Sustained, step.Why = judge(step, settleErr, opts)
 		res.Steps = append(res.Steps, step)
 		if step.Sustained {

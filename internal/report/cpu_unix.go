@@ -1,6 +1,6 @@
 //go:build unix
 
-package logbench
+package report
 
 import (
 	"os"
@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// processCPU returns the CPU time (user + system) this process used so far.
-func processCPU() time.Duration {
+// ProcessCPU returns the CPU time (user + system) this process used so far.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -19,10 +19,10 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// machineBusy returns the busy and total CPU time of the whole machine
+// MachineBusy returns the busy and total CPU time of the whole machine
 // (all CPUs, in clock ticks) from /proc/stat; ok is false where that file
 // does not exist.
-func machineBusy() (busy, total uint64, ok bool) {
+func MachineBusy() (busy, total uint64, ok bool) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0, 0, false

@@ -168,13 +168,13 @@ func (lc *LocalCluster) StartNode(id msg.NodeID) {
 		var err error
 		if id >= FirstShardID {
 			err = node.RunShard(ctx, node.ShardConfig{
-				Core:    shard.Config{ID: id, Layout: lc.layout},
+				Core:    shard.Config{ID: id, Layout: lc.layout, Replicas: lc.replicas},
 				Storage: lc.storage[id], Transport: lc.cfg.Network, Inbox: in, Logger: lc.cfg.Logger,
 				Health: lc.cfg.Health,
 			})
 		} else {
 			core := lc.cfg.Core
-			core.ID, core.Layout, core.Durability = id, lc.layout, lc.cfg.Durability
+			core.ID, core.Layout, core.Durability, core.Replicas = id, lc.layout, lc.cfg.Durability, lc.replicas
 			err = node.RunSeq(ctx, node.SeqConfig{
 				Core: core, Timing: lc.cfg.Timing, Coordinator: lc.cfg.Coordinator, WAL: lc.wals[id],
 				Transport: lc.cfg.Network, Inbox: in, Logger: lc.cfg.Logger, Health: lc.cfg.Health,

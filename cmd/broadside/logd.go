@@ -215,11 +215,11 @@ func runLogd(ctx context.Context, o logdFlags) error {
 		return err
 	}
 	defer m.Close()
-	n := logdNode{self: self, layout: cmdlog.LayoutOf(peers, o.cf.stripeUnit), mesh: m, inbox: inbox, reg: reg, log: log}
+	n := logdNode{self: self, layout: cmdlog.LayoutOf(peers, o.cf.stripeUnit), replicas: replicaIDs(peers), mesh: m, inbox: inbox, reg: reg, log: log}
 	log.Info("logd listening", "role", o.role, "addr", m.Addr(), "shards", n.layout.Shards, "stripe_unit", n.layout.StripeUnit)
 	switch o.role {
 	case "seq":
-		return n.runSeq(ctx, o, co, replicaIDs(peers))
+		return n.runSeq(ctx, o, co, n.replicas)
 	case "shard":
 		return n.runShard(ctx, o, connOpts)
 	default:
@@ -240,8 +240,9 @@ func startEmbeddedNATS(hostPort, dataDir string) (*natscoord.Embedded, error) {
 
 // logdNode is what a node runs on, whatever its role.
 type logdNode struct {
-	self   msg.NodeID
-	layout msg.Layout
+	self     msg.NodeID
+	layout   msg.Layout
+	replicas []msg.NodeID
 	mesh   *mesh.Mesh
 	inbox  node.Inbox
 	reg    *prometheus.Registry
@@ -266,7 +267,7 @@ func (n logdNode) runSeq(ctx context.Context, o logdFlags, co coord.Coordinator,
 	defer w.Close()
 	metrics := node.NewSeqMetrics(n.reg)
 	return node.RunSeq(ctx, node.SeqConfig{
-		Core:        seq.Config{ID: n.self, Layout: n.layout, Durability: d, SuspectTicks: o.suspect},
+		Core:        seq.Config{ID: n.self, Layout: n.layout, Replicas: n.replicas, Durability: d, SuspectTicks: o.suspect},
 		Timing:      node.Timing{Tick: o.cf.tick},
 		Coordinator: co, WAL: w, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
 		Observe: metrics.Observe,
@@ -299,7 +300,7 @@ func (n logdNode) runShard(ctx context.Context, o logdFlags, connOpts natscoord.
 	}
 	metrics := node.NewShardMetrics(n.reg)
 	return node.RunShard(ctx, node.ShardConfig{
-		Core: shard.Config{ID: n.self, Layout: n.layout}, Storage: st, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
+		Core: shard.Config{ID: n.self, Layout: n.layout, Replicas: n.replicas}, Storage: st, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
 		Observe: metrics.Observe,
 	})
 }

@@ -24,6 +24,10 @@ type Config struct {
 	ID msg.NodeID
 	// Layout maps positions to shards.
 	Layout msg.Layout
+	// Replicas are the cluster's configured sequencing replicas: the only
+	// ids that may join, lead, flush or be members of a view. Empty means
+	// every id below the lowest shard (replicas 1, 2, ..., shards from 101).
+	Replicas []msg.NodeID
 	// Durability selects memory or fsync acknowledgement.
 	Durability Durability
 	// BatchSize caps the records the leader orders in one batch.

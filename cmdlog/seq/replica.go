@@ -88,6 +88,8 @@ type Replica struct {
 
 	ready      Ready
 	violations []string
+	// refused counts messages from senders not allowed to send them.
+	refused uint64
 
 	// Counters for metrics.
 	batchesOrdered, recordsOrdered uint64
@@ -307,6 +309,10 @@ func (r *Replica) Tick() {
 
 // Step processes one incoming message.
 func (r *Replica) Step(env msg.Envelope) {
+	if !r.allowed(env) {
+		r.refused++
+		return
+	}
 	switch m := env.Msg.(type) {
 	case msg.Append:
 		r.onAppend(env.From, m)

@@ -284,6 +284,12 @@ func (r *Replica) onCoordResp(m msg.CoordResp) {
 	if m.ReqID != r.coordReq || r.coordReq == 0 {
 		return
 	}
+	if err := r.checkView(m.View); err != nil {
+		// Refused as if lost: the request is retried, and the replica
+		// never acts on a record it cannot trust.
+		r.refused++
+		return
+	}
 	purpose := r.coordPurpose
 	r.coordReq = 0
 	f := r.flush

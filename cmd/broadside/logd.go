@@ -243,10 +243,10 @@ type logdNode struct {
 	self     msg.NodeID
 	layout   msg.Layout
 	replicas []msg.NodeID
-	mesh   *mesh.Mesh
-	inbox  node.Inbox
-	reg    *prometheus.Registry
-	log    *slog.Logger
+	mesh     *mesh.Mesh
+	inbox    node.Inbox
+	reg      *prometheus.Registry
+	log      *slog.Logger
 }
 
 // runSeq runs a sequencing replica, bootstrapping the cluster's first

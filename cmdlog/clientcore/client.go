@@ -461,8 +461,11 @@ func (c *Client) Step(env msg.Envelope) {
 		c.onAck(env.From, m)
 	case msg.AppendReject:
 		// A refused append, or a replica telling us its view was sealed
-		// or a new one started: learn the view now.
-		c.wantView = true
+		// or a new one started: learn the view now. A busy replica is
+		// retried at the retry timeout (its view is fine).
+		if m.Reason != msg.RejectBusy {
+			c.wantView = true
+		}
 	case msg.ReadResp:
 		c.onRead(m)
 	case msg.TailResp:

@@ -433,10 +433,19 @@ func (m *Mesh) writeLoop(l *link) {
 		batch, l.queue = l.queue, batch[:0]
 		l.mu.Unlock()
 		for i, mm := range batch {
+			batch[i] = nil
 			if err := codec.EncodeTo(mm, l.st.BufferFrame); err != nil {
+				if errors.Is(err, codec.ErrTooLarge) {
+					// The peer would refuse it and close the link: drop
+					// it (a bug of the sender; the protocol retries).
+					m.log.Error("mesh: dropping a message over the codec's limits", "self", m.cfg.Self, "peer", l.peer, "err", err)
+					m.mu.Lock()
+					m.dropped++
+					m.mu.Unlock()
+					continue
+				}
 				return
 			}
-			batch[i] = nil
 		}
 		if err := l.st.Flush(); err != nil {
 			return

@@ -14,7 +14,7 @@ package seq_test
 //
 // Commands:
 //
-//	bootstrap replicas=3 shards=2 [stripe=N] [durability=fsync] [batch=N] [suspect=N] [checkpoint=N]
+//	bootstrap replicas=3 shards=2 [stripe=N] [durability=fsync] [batch=N] [suspect=N] [checkpoint=N] [held=BYTES]
 //	                                     (checkpoint: Config.CheckpointRecords; default: none in a script;
 //	                                     a replica's WAL drops what precedes a checkpoint, as cmdlog/wal does)
 //	append client=C ids=1,2,3 [to=1,2]   an Append from client C to the replicas (default: the view)
@@ -210,7 +210,7 @@ func (h *harness) bootstrap(t *testing.T, d *datadriven.TestData) {
 		h.layout.Shards = append(h.layout.Shards, id)
 	}
 	h.cfg = seq.Config{Layout: h.layout, BatchSize: intArg(t, d, "batch", 0), SuspectTicks: intArg(t, d, "suspect", 0),
-		CheckpointRecords: intArg(t, d, "checkpoint", -1)}
+		CheckpointRecords: intArg(t, d, "checkpoint", -1), MaxHeldBytes: int64(intArg(t, d, "held", 0))}
 	if d.HasArg("durability") {
 		var v string
 		d.ScanArgs(t, "durability", &v)

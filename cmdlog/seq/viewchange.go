@@ -248,7 +248,9 @@ func (r *Replica) maybeActivate() {
 		Members: f.newMembers,
 		Leader:  r.cfg.ID,
 		StartGP: f.tail,
-		Dedup:   r.dedup.Marks(),
+		// The marks of the most recent clients that fit the record (the
+		// others' leases expire here).
+		Dedup: r.dedup.Bounded(r.cfg.DedupClients, dedup.MaxExportBytes),
 	}
 	r.coordRequest(coordActivate, msg.CoordCAS{ExpectRev: f.claimRev, View: f.target})
 }

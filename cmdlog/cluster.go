@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
@@ -18,7 +19,7 @@ import (
 // shards 101.., clients pick ids above 1<<24.
 const (
 	FirstReplicaID msg.NodeID = 1
-	FirstShardID   msg.NodeID = 101
+	FirstShardID   msg.NodeID = mesh.FirstShardID
 )
 
 // Bootstrap writes the initial view record (view 1 of members, led by the

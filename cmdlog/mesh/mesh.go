@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/codec"
@@ -27,6 +28,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/quic-go/quic-go"
+	"golang.org/x/time/rate"
 )
 
 // ALPN is the application protocol of cmdlog links.
@@ -78,6 +80,13 @@ type Config struct {
 	// dialled at) learns at once that its connection is dead, instead of
 	// at the idle timeout.
 	StatelessResetKey *quic.StatelessResetKey
+	// RequireIdentity refuses peers whose certificates carry no node
+	// identity (see Identity); logd sets it. Whatever it says, a peer whose
+	// certificate carries an identity may only use the node id it proves:
+	// a link claiming another is closed with CodeBadIdentity, on the
+	// accepting side (the dialer's hello) and the dialling side (the
+	// server's certificate).
+	RequireIdentity bool
 }
 
 // Mesh is one node's set of links.
@@ -100,6 +109,9 @@ type Mesh struct {
 	pending map[msg.NodeID][]msg.Message
 
 	dropped uint64
+	// identityRejects counts links closed with CodeBadIdentity.
+	identityRejects atomic.Uint64
+	warnLimit       *rate.Limiter
 }
 
 type link struct {
@@ -137,7 +149,7 @@ func New(cfg Config) (*Mesh, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Mesh{cfg: cfg, ep: ep, log: cfg.Logger, ctx: ctx, cancel: cancel,
 		peers: make(map[msg.NodeID]string), links: make(map[msg.NodeID]*link), dialing: make(map[msg.NodeID]time.Time),
-		pending: make(map[msg.NodeID][]msg.Message)}
+		pending: make(map[msg.NodeID][]msg.Message), warnLimit: rate.NewLimiter(1, 5)}
 	for id, a := range cfg.Peers {
 		m.peers[id] = a
 	}
@@ -183,6 +195,10 @@ func (m *Mesh) announce(peer msg.NodeID) {
 		t.Reset(250 * time.Millisecond)
 	}
 }
+
+// IdentityRejects returns how many links were closed because their
+// claimed node id was not the certificate's.
+func (m *Mesh) IdentityRejects() uint64 { return m.identityRejects.Load() }
 
 // Addr returns the local UDP address.
 func (m *Mesh) Addr() string { return m.ep.Addr().String() }
@@ -285,6 +301,13 @@ func (m *Mesh) dialLocked(id msg.NodeID) {
 		ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
 		defer cancel()
 		conn, err := m.ep.Dial(ctx, addr)
+		if err == nil {
+			if ierr := checkPeer(conn.TLS(), id, m.cfg.RequireIdentity); ierr != nil {
+				m.log.Warn("mesh: closing a link to a peer whose certificate is not its", "self", m.cfg.Self, "peer", id, "addr", addr, "err", ierr)
+				conn.CloseWithCode(CodeBadIdentity, "bad identity")
+				err = ierr
+			}
+		}
 		if err != nil {
 			m.log.Debug("mesh dial failed", "self", m.cfg.Self, "peer", id, "addr", addr, "err", err)
 			m.mu.Lock()
@@ -337,6 +360,15 @@ func (m *Mesh) acceptLoop() {
 			peer := msg.NodeID(binary.BigEndian.Uint32(hello))
 			if peer == msg.Coordinator || peer == m.cfg.Self {
 				conn.CloseWithCode(transport.CodeProtocolError, "bad node id")
+				return
+			}
+			if err := checkPeer(conn.TLS(), peer, m.cfg.RequireIdentity); err != nil {
+				m.identityRejects.Add(1)
+				if m.warnLimit.Allow() {
+					m.log.Warn("mesh: closing a link whose claimed node id its certificate does not prove", "self", m.cfg.Self,
+						"claimed", peer, "remote", conn.RemoteAddr(), "err", err, "rejected_so_far", m.identityRejects.Load())
+				}
+				conn.CloseWithCode(CodeBadIdentity, "bad identity")
 				return
 			}
 			m.addLink(peer, st)

@@ -37,8 +37,20 @@ const ALPN = "broadside-log/1"
 // CodeBadMessage closes a link whose peer sent an undecodable message.
 const CodeBadMessage = transport.CodeFirstProtocolSpecific + 1
 
-// maxQueued bounds messages queued for one peer.
-const maxQueued = 1 << 16
+// maxQueued bounds messages queued for one peer, and maxQueuedBytes
+// their size (SizeOf): a peer that reads slowly costs at most that much.
+const (
+	maxQueued      = 1 << 16
+	maxQueuedBytes = 64 << 20
+)
+
+// MaxFrameSize is the largest message a link carries, either way: the
+// cores cap their messages at about 4 MiB of records (a Store batch, a
+// read response, a client's Append), so 8 MiB leaves room for their
+// overhead while a hostile peer's frame costs at most that much to
+// receive. A larger frame closes the link (transport.CodeFrameTooLarge);
+// a larger message to send is dropped.
+const MaxFrameSize = 8 << 20
 
 // sharedDecodeAbove is the frame size from which received frames keep
 // their own buffer and are decoded without copying their records.
@@ -54,8 +66,54 @@ const sharedDecodeAbove = 4 << 10
 // link open.
 const linkIdleTimeout = 1500 * time.Millisecond
 
-// maxPending bounds messages held for a peer while its link is dialled.
-const maxPending = 4096
+// maxPending bounds messages held for a peer while its link is dialled,
+// and maxPendingBytes their size.
+const (
+	maxPending      = 4096
+	maxPendingBytes = 8 << 20
+)
+
+// SizeOf estimates the encoded size of m, for the byte budgets of the
+// queues: the records' data and a fixed cost per item.
+func SizeOf(m msg.Message) int {
+	const item, base = 40, 64
+	n := base
+	switch m := m.(type) {
+	case msg.Append:
+		for _, r := range m.Records {
+			n += len(r.Data) + item
+		}
+	case msg.Store:
+		for _, e := range m.Entries {
+			n += len(e.Record.Data) + item
+		}
+	case msg.ReadResp:
+		for _, e := range m.Entries {
+			n += len(e.Record.Data) + item
+		}
+	case msg.AppendAck:
+		n += len(m.IDs) * item
+	case msg.AppendReject:
+		n += len(m.IDs) * item
+	case msg.GC:
+		n += len(m.IDs) * item
+	case msg.StartView:
+		n += viewSize(m.View)
+	case msg.CoordCAS:
+		n += viewSize(m.View)
+	case msg.CoordResp:
+		n += viewSize(m.View)
+	}
+	return n
+}
+
+func viewSize(v msg.ViewRecord) int {
+	n := len(v.Members) * 8
+	for _, d := range v.Dedup {
+		n += 24 + 8*len(d.Above)
+	}
+	return n
+}
 
 // Config configures a Mesh.
 type Config struct {
@@ -106,7 +164,8 @@ type Mesh struct {
 	retired []*link
 	dialing map[msg.NodeID]time.Time
 	// pending holds messages for peers being dialled.
-	pending map[msg.NodeID][]msg.Message
+	pending      map[msg.NodeID][]msg.Message
+	pendingBytes map[msg.NodeID]int
 
 	dropped uint64
 	// identityRejects counts links closed with CodeBadIdentity.
@@ -115,13 +174,15 @@ type Mesh struct {
 }
 
 type link struct {
-	peer   msg.NodeID
-	st     *transport.Stream
-	mu     sync.Mutex
-	queue  []msg.Message
-	wake   chan struct{}
-	closed chan struct{}
-	once   sync.Once
+	peer  msg.NodeID
+	st    *transport.Stream
+	mu    sync.Mutex
+	queue []msg.Message
+	// queueBytes is the SizeOf sum of queue.
+	queueBytes int
+	wake       chan struct{}
+	closed     chan struct{}
+	once       sync.Once
 }
 
 // New opens the node's endpoint and starts accepting links.
@@ -134,7 +195,7 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	ep, err := transport.NewEndpoint(transport.Config{
 		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS,
-		ALPN: []string{ALPN}, MaxFrameSize: codec.MaxMessageSize, IdleTimeout: linkIdleTimeout,
+		ALPN: []string{ALPN}, MaxFrameSize: MaxFrameSize, IdleTimeout: linkIdleTimeout,
 		KeepAlivePeriod: linkIdleTimeout / 5, Logger: cfg.Logger, StatelessResetKey: cfg.StatelessResetKey,
 	})
 	if err != nil {
@@ -149,7 +210,7 @@ func New(cfg Config) (*Mesh, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Mesh{cfg: cfg, ep: ep, log: cfg.Logger, ctx: ctx, cancel: cancel,
 		peers: make(map[msg.NodeID]string), links: make(map[msg.NodeID]*link), dialing: make(map[msg.NodeID]time.Time),
-		pending: make(map[msg.NodeID][]msg.Message), warnLimit: rate.NewLimiter(1, 5)}
+		pending: make(map[msg.NodeID][]msg.Message), pendingBytes: make(map[msg.NodeID]int), warnLimit: rate.NewLimiter(1, 5)}
 	for id, a := range cfg.Peers {
 		m.peers[id] = a
 	}
@@ -244,8 +305,10 @@ func (m *Mesh) Send(env msg.Envelope) {
 	if l == nil {
 		// Hold the message for the link being dialled (a new client's
 		// first read would otherwise wait for a retry timeout).
-		if _, known := m.peers[env.To]; known && len(m.pending[env.To]) < maxPending {
+		size := SizeOf(env.Msg)
+		if _, known := m.peers[env.To]; known && len(m.pending[env.To]) < maxPending && m.pendingBytes[env.To]+size <= maxPendingBytes {
 			m.pending[env.To] = append(m.pending[env.To], env.Msg)
+			m.pendingBytes[env.To] += size
 		} else {
 			m.dropped++
 		}
@@ -262,12 +325,14 @@ func (m *Mesh) Send(env msg.Envelope) {
 }
 
 func (l *link) enqueue(mm msg.Message) bool {
+	size := SizeOf(mm)
 	l.mu.Lock()
-	if len(l.queue) >= maxQueued {
+	if len(l.queue) >= maxQueued || l.queueBytes+size > maxQueuedBytes {
 		l.mu.Unlock()
 		return false
 	}
 	l.queue = append(l.queue, mm)
+	l.queueBytes += size
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
@@ -289,6 +354,7 @@ func (m *Mesh) dialLocked(id msg.NodeID) {
 	if !ok || m.ctx.Err() != nil {
 		m.dropped += uint64(len(m.pending[id]))
 		delete(m.pending, id)
+		delete(m.pendingBytes, id)
 		return
 	}
 	if t, busy := m.dialing[id]; busy && time.Since(t) < 200*time.Millisecond {
@@ -314,6 +380,7 @@ func (m *Mesh) dialLocked(id msg.NodeID) {
 			if m.links[id] == nil {
 				m.dropped += uint64(len(m.pending[id]))
 				delete(m.pending, id)
+				delete(m.pendingBytes, id)
 			}
 			m.mu.Unlock()
 			return
@@ -396,9 +463,11 @@ func (m *Mesh) addLink(peer msg.NodeID, st *transport.Stream) {
 	delete(m.dialing, peer)
 	if p := m.pending[peer]; len(p) > 0 {
 		l.queue = append(l.queue, p...)
+		l.queueBytes = m.pendingBytes[peer]
 		l.wake <- struct{}{}
 	}
 	delete(m.pending, peer)
+	delete(m.pendingBytes, peer)
 	m.mu.Unlock()
 	// Tell the local node: what it sent on the previous link may be lost.
 	m.cfg.Inbox.Deliver(msg.Envelope{From: peer, To: m.cfg.Self, Msg: msg.LinkUp{}})
@@ -453,6 +522,12 @@ func (m *Mesh) writeLoop(l *link) {
 	defer m.wg.Done()
 	defer m.removeLink(l)
 	var batch []msg.Message
+	bufferFrame := func(b []byte) error {
+		if len(b) > MaxFrameSize {
+			return fmt.Errorf("mesh: a message of %d bytes, over MaxFrameSize: %w", len(b), codec.ErrTooLarge)
+		}
+		return l.st.BufferFrame(b)
+	}
 	for {
 		select {
 		case <-l.closed:
@@ -463,10 +538,11 @@ func (m *Mesh) writeLoop(l *link) {
 		}
 		l.mu.Lock()
 		batch, l.queue = l.queue, batch[:0]
+		l.queueBytes = 0
 		l.mu.Unlock()
 		for i, mm := range batch {
 			batch[i] = nil
-			if err := codec.EncodeTo(mm, l.st.BufferFrame); err != nil {
+			if err := codec.EncodeTo(mm, bufferFrame); err != nil {
 				if errors.Is(err, codec.ErrTooLarge) {
 					// The peer would refuse it and close the link: drop
 					// it (a bug of the sender; the protocol retries).

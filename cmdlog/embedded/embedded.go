@@ -1,6 +1,6 @@
 // Package embedded runs a whole command log cluster inside one process, as
 // 'broadside serve' and 'broadside demo' do by default: 3 sequencing
-// replicas and 2 shards on loopback QUIC, shard stores and write-ahead
+// replicas and 2 shards talking in process (Options.Network), shard stores and write-ahead
 // logs in Pebble under a directory, and views in an embedded NATS
 // JetStream KV persisted under it too, so that a restarted process finds
 // its log's view. It links nats-server (the coordinator's adapter); the

@@ -86,6 +86,17 @@ const (
 	MaxChunkTicks = 1 << 16
 	// MaxIndexEntries bounds the chunks one index may list.
 	MaxIndexEntries = 1 << 24
+	// MaxCachedRaw bounds the uncompressed payload of the chunks a Reader
+	// decodes into memory and caches (ticks, commands) and of the small
+	// kinds (meta, tree, checkpoint): a few KB of zstd cannot declare
+	// more. Snapshots, lineage and the index keep MaxChunkRaw.
+	MaxCachedRaw = 32 << 20
+	// MaxChunkDecoded bounds the memory one decoded chunk may take (its
+	// payload and the structures decoded from it, estimated): a commands
+	// chunk of many empty entries is refused before they are allocated.
+	MaxChunkDecoded = 64 << 20
+	// CacheBytes bounds the decoded chunks a Reader keeps in its cache.
+	CacheBytes = 192 << 20
 )
 
 const (
@@ -352,6 +363,12 @@ func (c *chunkRef) check(shards uint32) error {
 	}
 	if c.Raw > MaxChunkRaw || c.Stored > maxChunkStored || c.Stored == 0 {
 		return fail("%d raw, %d stored bytes", c.Raw, c.Stored)
+	}
+	switch c.Kind {
+	case KindTicks, KindCommands, KindMeta, KindTree, KindCheckpoint:
+		if c.Raw > MaxCachedRaw {
+			return fail("%s of %d raw bytes exceeds the budget of %d", c.Kind, c.Raw, MaxCachedRaw)
+		}
 	}
 	if c.Off < 0 {
 		return fail("negative offset")

@@ -514,6 +514,13 @@ func (r *recorder) checkpoint(tick uint64, final bool) error {
 		return err
 	}
 	r.lastSigned = size
+	if size == r.tree.n {
+		// Nothing needs the older hashes any more (links were proved at
+		// the start): keep the tree's memory bounded.
+		if err := r.tree.prune(); err != nil {
+			return fmt.Errorf("bsr: record: log tree: %w", err)
+		}
+	}
 	return nil
 }
 

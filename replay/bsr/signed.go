@@ -186,6 +186,24 @@ func (t *logTree) add(leaf tlog.Hash) error {
 	return nil
 }
 
+// prune forgets every hash but those of the complete subtrees covering the
+// tree: appends and the root of the whole tree need no other, so memory
+// stays bounded however long the log (roots of earlier sizes and proofs
+// from them are then no longer available).
+func (t *logTree) prune() error {
+	idx := frontierIndexes(t.n)
+	hs, err := t.ReadHashes(idx)
+	if err != nil {
+		return err
+	}
+	clear(t.prefix)
+	for i, x := range idx {
+		t.prefix[x] = hs[i]
+	}
+	t.dense, t.first = t.dense[:0], tlog.StoredHashIndex(0, t.n)
+	return nil
+}
+
 // root returns the root hash of the first n leaves.
 func (t *logTree) root(n int64) (tlog.Hash, error) { return tlog.TreeHash(n, t) }
 
@@ -419,6 +437,63 @@ func VerifySigned(r *Reader, v note.Verifier) (SignedResult, error) {
 		}
 		res.Links = append(res.Links, l)
 	}
+	if len(cps) == 0 {
+		return fail("no checkpoint")
+	}
+	// Check each checkpoint when the tree reaches its size, and prune the
+	// tree then: memory stays bounded by the entries between checkpoints.
+	next, prev := 0, tb.Size
+	var pending *Checkpoint
+	loadNext := func() error {
+		pending = nil
+		if next == len(cps) {
+			return nil
+		}
+		c := &cps[next]
+		next++
+		raw, err := r.readRaw(c)
+		if err != nil {
+			return err
+		}
+		cp, err := openCheckpoint(raw, c, v)
+		if err != nil {
+			return err
+		}
+		switch {
+		case cp.World != r.h.World:
+			return fmt.Errorf("%w: %s: checkpoint at tick %d is of world %d, the recording of world %d", ErrSignature, r.path, cp.Tick, cp.World, r.h.World)
+		case cp.Size < prev:
+			return fmt.Errorf("%w: %s: checkpoint at tick %d of tree size %d after one of %d", ErrSignature, r.path, cp.Tick, cp.Size, prev)
+		}
+		prev, pending = cp.Size, &cp
+		return nil
+	}
+	check := func() error {
+		for pending != nil && pending.Size == tree.n {
+			root, err := tree.root(tree.n)
+			if err != nil {
+				return fmt.Errorf("bsr: verify signed: %w", err)
+			}
+			if root != pending.Root {
+				return fmt.Errorf("%w: %s: checkpoint at tick %d: the recorded log's first %d entries hash to %s, signed %s (entries were added, dropped, reordered or changed)",
+					ErrSignature, r.path, pending.Tick, pending.Size, root, pending.Root)
+			}
+			res.Checkpoints = append(res.Checkpoints, *pending)
+			if err := tree.prune(); err != nil {
+				return fmt.Errorf("bsr: verify signed: %w", err)
+			}
+			if err := loadNext(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := loadNext(); err != nil {
+		return res, err
+	}
+	if err := check(); err != nil {
+		return res, err
+	}
 	lastPos := r.basePos
 	for i := range r.cmds {
 		entries, err := r.commandsChunk(&r.cmds[i])
@@ -430,40 +505,17 @@ func VerifySigned(r *Reader, v note.Verifier) (SignedResult, error) {
 				return res, fmt.Errorf("bsr: verify signed: %w", err)
 			}
 			lastPos = e.Pos
+			if err := check(); err != nil {
+				return res, err
+			}
 		}
 	}
 	res.Entries = tree.n - tb.Size
-	if len(cps) == 0 {
-		return fail("no checkpoint")
+	if pending != nil {
+		return fail("checkpoint at tick %d signs %d entries, the recording holds %d (entries were dropped)", pending.Tick, pending.Size, tree.n)
 	}
-	prev := tb.Size
-	for i := range cps {
-		c := &cps[i]
-		raw, err := r.readRaw(c)
-		if err != nil {
-			return res, err
-		}
-		cp, err := openCheckpoint(raw, c, v)
-		if err != nil {
-			return res, err
-		}
-		switch {
-		case cp.World != r.h.World:
-			return fail("checkpoint at tick %d is of world %d, the recording of world %d", cp.Tick, cp.World, r.h.World)
-		case cp.Size < prev:
-			return fail("checkpoint at tick %d of tree size %d after one of %d", cp.Tick, cp.Size, prev)
-		case cp.Size > tree.n:
-			return fail("checkpoint at tick %d signs %d entries, the recording holds %d (entries were dropped)", cp.Tick, cp.Size, tree.n)
-		}
-		root, err := tree.root(cp.Size)
-		if err != nil {
-			return res, fmt.Errorf("bsr: verify signed: %w", err)
-		}
-		if root != cp.Root {
-			return fail("checkpoint at tick %d: the recorded log's first %d entries hash to %s, signed %s (entries were added, dropped, reordered or changed)", cp.Tick, cp.Size, root, cp.Root)
-		}
-		prev = cp.Size
-		res.Checkpoints = append(res.Checkpoints, cp)
+	if len(res.Checkpoints) == 0 {
+		return fail("no checkpoint")
 	}
 	last := res.Last()
 	res.Final = last.Final

@@ -11,6 +11,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/replay"
 	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // A fixed key pair for tests (made by GenerateKey).
@@ -360,5 +361,37 @@ func TestSignedCutRecording(t *testing.T) {
 	}
 	if res.Final || !strings.Contains(rc.Truncated(), "not closed") {
 		t.Fatalf("%+v, truncated %q", res, rc.Truncated())
+	}
+}
+
+// TestLogTreePrune: a pruned tree keeps the roots of a full one while
+// holding only the hashes since its last prune and its frontier.
+func TestLogTreePrune(t *testing.T) {
+	full, _ := newLogTree(0, nil)
+	pruned, _ := newLogTree(0, nil)
+	for i := range 5000 {
+		leaf := tlog.RecordHash([]byte{byte(i), byte(i >> 8)})
+		if err := full.add(leaf); err != nil {
+			t.Fatal(err)
+		}
+		if err := pruned.add(leaf); err != nil {
+			t.Fatal(err)
+		}
+		if i%97 == 0 {
+			want, _ := full.root(full.n)
+			got, err := pruned.root(pruned.n)
+			if err != nil || got != want {
+				t.Fatalf("leaf %d: root %s, want %s (%v)", i, got, want, err)
+			}
+			if err := pruned.prune(); err != nil {
+				t.Fatal(err)
+			}
+			if len(pruned.dense) != 0 || len(pruned.prefix) > 64 {
+				t.Fatalf("after prune: %d dense, %d prefix hashes", len(pruned.dense), len(pruned.prefix))
+			}
+		}
+	}
+	if len(pruned.dense) > 2*97+64 {
+		t.Fatalf("pruned tree holds %d hashes", len(pruned.dense))
 	}
 }

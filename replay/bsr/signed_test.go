@@ -144,8 +144,8 @@ func tamperDetected(t testing.TB, path string, newSim func(uint32) (replay.Table
 	return false, ""
 }
 
-// tamperStats is what the tamper tests observed, for the forensics
-// summary line (see TestMain).
+// tamperStats counts what the tamper tests observed (cases tried, cases
+// detected), for the forensics summary line a later Makefile target prints.
 var tamperStats struct{ cases, detected int }
 
 func countTamper(detected bool) {

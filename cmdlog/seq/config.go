@@ -56,7 +56,8 @@ type Config struct {
 	// may be taken over by another surviving replica.
 	TakeoverTicks int
 	// CheckpointRecords: in fsync durability, once this many records were
-	// written to the WAL (appended or GC'd) since the last checkpoint, the
+	// written to the WAL (appended or GC'd) since the last checkpoint, and
+	// at least twice the records the replica holds (a checkpoint's size), the
 	// replica persists a PersistCheckpoint, and the driver may delete
 	// every operation before it: the WAL, and so a restart's recovery,
 	// stays bounded however long the log runs. 0 means the default (16384);

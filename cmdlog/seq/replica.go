@@ -258,7 +258,14 @@ func (r *Replica) Checkpoint() Checkpoint {
 // change (a replica removed from its view resets its memory without
 // logging it).
 func (r *Replica) maybeCheckpoint() {
-	if r.cfg.Durability != Fsync || r.cfg.CheckpointRecords < 0 || r.walSince < r.cfg.CheckpointRecords ||
+	// A checkpoint re-encodes every record the replica holds, so it waits
+	// until the WAL since the last one is at least twice that: each
+	// operation then pays a bounded share of a checkpoint however many
+	// records are unordered (under load they pile up, and checkpoints of
+	// a fixed cadence would grow with them), and a recovery replays at
+	// most about twice the held records beyond CheckpointRecords.
+	held := len(r.ordered) + len(r.log)
+	if r.cfg.Durability != Fsync || r.cfg.CheckpointRecords < 0 || r.walSince < max(r.cfg.CheckpointRecords, 2*held) ||
 		r.role == RoleNone || r.flush != nil || r.view.Number != r.lastStartedView {
 		return
 	}

@@ -57,16 +57,9 @@ func New(o Options) (*Guard, error) {
 		g.hosts[strings.ToLower(strings.Trim(h, "[]"))] = true
 	}
 	if o.TokenFile != "" {
-		b, err := os.ReadFile(o.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("admin: token file: %w", err)
+		if g.token, err = ReadToken(o.TokenFile); err != nil {
+			return nil, err
 		}
-		tok, _, _ := bytes.Cut(b, []byte("\n"))
-		tok = bytes.TrimSpace(tok)
-		if len(tok) < MinTokenLen {
-			return nil, fmt.Errorf("admin: token in %s shorter than %d bytes", o.TokenFile, MinTokenLen)
-		}
-		g.token = tok
 	} else if !IsLoopback(host) {
 		return nil, fmt.Errorf("%w: %s is not loopback", ErrNoToken, o.Addr)
 	}
@@ -117,4 +110,19 @@ func (g *Guard) authorized(header string) bool {
 	// Compare digests: constant time whatever the lengths.
 	a, b := sha256.Sum256([]byte(tok)), sha256.Sum256(g.token)
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// ReadToken reads an admin token file: its first line, trimmed, at least
+// MinTokenLen bytes (servers and the clients of their admin address alike).
+func ReadToken(file string) ([]byte, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("admin: token file: %w", err)
+	}
+	tok, _, _ := bytes.Cut(b, []byte("\n"))
+	tok = bytes.TrimSpace(tok)
+	if len(tok) < MinTokenLen {
+		return nil, fmt.Errorf("admin: token in %s shorter than %d bytes", file, MinTokenLen)
+	}
+	return tok, nil
 }

@@ -172,6 +172,12 @@ type ExportSource struct {
 // configuration (at most maxConfig bytes) and its log up to its current
 // tail.
 func OpenExport(ctx context.Context, admin string, maxConfig int) (src *ExportSource, config []byte, err error) {
+	return OpenExportWithToken(ctx, admin, "", maxConfig)
+}
+
+// OpenExportWithToken is OpenExport with the admin bearer token (serve
+// --admin-token-file; "" sends none).
+func OpenExportWithToken(ctx context.Context, admin, token string, maxConfig int) (src *ExportSource, config []byte, err error) {
 	base := strings.TrimSuffix(admin, "/")
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
@@ -180,6 +186,9 @@ func OpenExport(ctx context.Context, admin string, maxConfig int) (src *ExportSo
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		if err != nil {
 			return nil, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -62,6 +62,10 @@ type Client struct {
 	closed sync.Once
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// asyncMu and stopped let Close settle every asynchronous append
+	// that entered reqs but was never taken by the loop.
+	asyncMu sync.RWMutex
+	stopped bool
 }
 
 type request struct {
@@ -74,6 +78,17 @@ type request struct {
 	upTo   uint64
 	start  time.Time
 	reply  chan result
+	// onDone, if set, is called instead of replying (AppendWithIDAsync).
+	onDone func(error)
+}
+
+// finish delivers a request's result.
+func (r request) finish(res result) {
+	if r.onDone != nil {
+		r.onDone(res.err)
+		return
+	}
+	r.reply <- res
 }
 
 type result struct {
@@ -115,6 +130,19 @@ func (c *Client) Close() {
 		c.cancel()
 		close(c.done)
 		c.wg.Wait()
+		c.asyncMu.Lock()
+		defer c.asyncMu.Unlock()
+		c.stopped = true
+		for {
+			select {
+			case r := <-c.reqs:
+				if r.onDone != nil {
+					r.onDone(ErrClosed)
+				}
+			default:
+				return
+			}
+		}
 	})
 }
 
@@ -162,6 +190,44 @@ func (c *Client) Append(ctx context.Context, data []byte) error {
 func (c *Client) AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error {
 	_, err := c.call(ctx, request{kind: clientcore.CompleteAppend, data: bytes.Clone(data), id: id, withID: true})
 	return err
+}
+
+// AppendWithIDAsync is AppendWithID without a goroutine waiting: it hands
+// a copy of data to the client and returns; done is called once with the
+// outcome (nil when the record is stored as the log promises, ErrTooLarge,
+// or ErrClosed when the client closes first). done runs on the client's
+// own loop, so it must be quick and must not call the client. It blocks
+// only while the client's request queue is full (backpressure), and
+// returns ErrClosed without calling done when the client is closed or ctx
+// ends first.
+//
+// A server with thousands of commands in flight uses it instead of one
+// goroutine per append: every pending append still joins the client's
+// shared rounds, bounded in bytes (see clientcore.Config).
+func (c *Client) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
+	if len(data) > clientcore.MaxRecordSize {
+		done(ErrTooLarge)
+		return nil
+	}
+	r := request{kind: clientcore.CompleteAppend, data: bytes.Clone(data), id: id, withID: true, start: time.Now(), onDone: done}
+	c.asyncMu.RLock()
+	defer c.asyncMu.RUnlock()
+	if c.stopped {
+		return ErrClosed
+	}
+	select {
+	case <-c.done:
+		return ErrClosed
+	default:
+	}
+	select {
+	case c.reqs <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return ErrClosed
+	}
 }
 
 // Read returns up to max stable entries starting at from (fewer at a stripe
@@ -234,7 +300,7 @@ func (c *Client) loop(ctx context.Context) {
 					if c.cfg.OnAppendLatency != nil {
 						c.cfg.OnAppendLatency(now.Sub(r.start))
 					}
-					r.reply <- result{}
+					r.finish(result{})
 				}
 				delete(appends, cp.ID)
 			case clientcore.CompleteRead:
@@ -245,16 +311,16 @@ func (c *Client) loop(ctx context.Context) {
 				delete(reads, cp.ReqID)
 				switch cp.Err {
 				case msg.ReadOK:
-					r.reply <- result{entries: cp.Entries}
+					r.finish(result{entries: cp.Entries})
 				case msg.ReadTrimmed:
-					r.reply <- result{err: fmt.Errorf("read %d: %w", r.from, ErrTrimmed)}
+					r.finish(result{err: fmt.Errorf("read %d: %w", r.from, ErrTrimmed)})
 				default:
-					r.reply <- result{err: fmt.Errorf("cmdlog: read %d: shard error %d", r.from, cp.Err)}
+					r.finish(result{err: fmt.Errorf("cmdlog: read %d: shard error %d", r.from, cp.Err)})
 				}
 			case clientcore.CompleteTail, clientcore.CompleteTrim:
 				if r, ok := reads[cp.ReqID]; ok {
 					delete(reads, cp.ReqID)
-					r.reply <- result{tail: cp.Tail}
+					r.finish(result{tail: cp.Tail})
 				}
 			}
 		}
@@ -266,11 +332,11 @@ func (c *Client) loop(ctx context.Context) {
 		Requests: c.reqs, Submit: submit, Ready: ready}.Run(ctx)
 	for _, rs := range appends {
 		for _, r := range rs {
-			r.reply <- result{err: ErrClosed}
+			r.finish(result{err: ErrClosed})
 		}
 	}
 	for _, r := range reads {
-		r.reply <- result{err: ErrClosed}
+		r.finish(result{err: ErrClosed})
 	}
 }
 

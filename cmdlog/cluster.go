@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
@@ -18,7 +19,7 @@ import (
 // shards 101.., clients pick ids above 1<<24.
 const (
 	FirstReplicaID msg.NodeID = 1
-	FirstShardID   msg.NodeID = 101
+	FirstShardID   msg.NodeID = mesh.FirstShardID
 )
 
 // Bootstrap writes the initial view record (view 1 of members, led by the
@@ -168,13 +169,13 @@ func (lc *LocalCluster) StartNode(id msg.NodeID) {
 		var err error
 		if id >= FirstShardID {
 			err = node.RunShard(ctx, node.ShardConfig{
-				Core:    shard.Config{ID: id, Layout: lc.layout},
+				Core:    shard.Config{ID: id, Layout: lc.layout, Replicas: lc.replicas},
 				Storage: lc.storage[id], Transport: lc.cfg.Network, Inbox: in, Logger: lc.cfg.Logger,
 				Health: lc.cfg.Health,
 			})
 		} else {
 			core := lc.cfg.Core
-			core.ID, core.Layout, core.Durability = id, lc.layout, lc.cfg.Durability
+			core.ID, core.Layout, core.Durability, core.Replicas = id, lc.layout, lc.cfg.Durability, lc.replicas
 			err = node.RunSeq(ctx, node.SeqConfig{
 				Core: core, Timing: lc.cfg.Timing, Coordinator: lc.cfg.Coordinator, WAL: lc.wals[id],
 				Transport: lc.cfg.Network, Inbox: in, Logger: lc.cfg.Logger, Health: lc.cfg.Health,

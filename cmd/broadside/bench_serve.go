@@ -30,9 +30,16 @@ Each run starts a fresh server in a temporary directory, runs the bots for
 --duration, drains and stops it. The contenders' order alternates from one bot
 count to the next. The table gives the bots' acknowledgement p50, p99 and p99.9,
 applied p50 and p99 (command sent to the state update showing it applied), the
-world's ticks per second, the process's CPU (server, log, world and bots share
-this process) and ratios against memory. --json FILE writes one row per
-contender and bot count. --quick: 5 s runs with 10 and 30 bots.`,
+world's ticks per second and lost tick periods (overruns), the state updates
+each bot applied per second, the process's CPU (server, log, world and bots
+share this process) and ratios against memory.
+
+A second table splits the CPU from a CPU profile of each run by the goroutines'
+pprof label "component": the server's cores (the process less the bots), the
+bots' cores, and the server's CPU per player-tick (bots × world ticks) for the
+embedded log, intake, fan-out, sim, the players' QUIC connections and the
+runtime (other). --json FILE writes one row per contender and bot count.
+--quick: 5 s runs with 10 and 30 bots.`,
 		Example: `  broadside bench serve --quick
   broadside bench serve --bots 10,50,100 --duration 20s --json serve.json`,
 		Args: cobra.NoArgs,

@@ -15,6 +15,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord"
 	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
+	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/netcode/transport"
@@ -33,6 +34,8 @@ type clusterFlags struct {
 	certFile    string
 	keyFile     string
 	tick        time.Duration
+	// nats are the credentials and TLS of every NATS connection.
+	nats natsFlags
 }
 
 func (f *clusterFlags) register(fs *pflag.FlagSet) { f.registerPrefixed(fs, "") }
@@ -49,6 +52,7 @@ func (f *clusterFlags) registerPrefixed(fs *pflag.FlagSet, prefix string) {
 	fs.StringVar(&f.certFile, prefix+"cert", "", "production: this node's certificate file")
 	fs.StringVar(&f.keyFile, prefix+"key", "", "production: this node's private key file")
 	fs.DurationVar(&f.tick, prefix+"tick", 5*time.Millisecond, "protocol tick (heartbeats every 2 ticks, failure suspected after 20)")
+	f.nats.register(fs, prefix)
 }
 
 // parsePeers parses "1=127.0.0.1:7001,101=127.0.0.1:7101".
@@ -86,45 +90,78 @@ func replicaIDs(peers map[msg.NodeID]string) []msg.NodeID {
 	return ids
 }
 
-// tlsConfigs returns the server and client TLS configs of a node (mutual
-// TLS against the cluster's CA).
-func (f *clusterFlags) tlsConfigs(names ...string) (server, client *tls.Config, err error) {
+// nodeTLS returns the server and client TLS configs of node id (mutual
+// TLS against the cluster's CA). With --tls-dir the node issues itself a
+// certificate naming its id and role (broadside:node:<id>), and makes
+// sure the directory holds the clients' certificate (client.pem); with
+// --ca/--cert/--key the certificate must carry those URIs itself, as the
+// node refuses peers whose certificates do not prove their ids.
+func (f *clusterFlags) nodeTLS(id msg.NodeID, names ...string) (server, client *tls.Config, err error) {
 	switch {
 	case f.tlsDir != "":
 		ca, err := transport.LoadOrCreateDevCA(f.tlsDir)
 		if err != nil {
 			return nil, nil, err
 		}
-		return ca.MutualTLS(names...)
+		if err := mesh.EnsureDevClientCert(f.tlsDir, ca); err != nil {
+			return nil, nil, err
+		}
+		return mesh.DevNodeTLS(ca, id, names...)
 	case f.caFile != "" && f.certFile != "" && f.keyFile != "":
-		pool, err := transport.LoadCertPool(f.caFile)
-		if err != nil {
-			return nil, nil, err
-		}
-		srv, err := transport.ServerTLS(f.certFile, f.keyFile)
-		if err != nil {
-			return nil, nil, err
-		}
-		cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("load %s: %w", f.certFile, err)
-		}
-		cli, err := transport.ClientTLS(f.caFile)
-		if err != nil {
-			return nil, nil, err
-		}
-		return transport.RequireClientCerts(srv, pool), transport.WithClientCert(cli, cert), nil
+		return f.fileTLS()
 	}
 	return nil, nil, fmt.Errorf("TLS: give --tls-dir DIR (development CA) or --ca, --cert and --key")
 }
 
-// openCoordinator connects to the NATS coordinator. The returned func
-// closes the connection.
-func openCoordinator(ctx context.Context, url, cluster string) (coord.Coordinator, func(), error) {
-	if url == "" {
+// clientTLS returns a log client's TLS config. With --tls-dir it loads the
+// clients' certificate a node issued there (client.pem), never the CA key.
+func (f *clusterFlags) clientTLS() (*tls.Config, error) {
+	switch {
+	case f.tlsDir != "":
+		return mesh.LoadDevClientTLS(f.tlsDir)
+	case f.caFile != "" && f.certFile != "" && f.keyFile != "":
+		_, cli, err := f.fileTLS()
+		return cli, err
+	}
+	return nil, fmt.Errorf("TLS: give --tls-dir DIR (development CA) or --ca, --cert and --key")
+}
+
+// fileTLS returns the mutual TLS configs of --ca, --cert and --key.
+func (f *clusterFlags) fileTLS() (server, client *tls.Config, err error) {
+	pool, err := transport.LoadCertPool(f.caFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := transport.ServerTLS(f.certFile, f.keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load %s: %w", f.certFile, err)
+	}
+	cli, err := transport.ClientTLS(f.caFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	return transport.RequireClientCerts(srv, pool), transport.WithClientCert(cli, cert), nil
+}
+
+// openCoordinator connects to the NATS coordinator with the --nats-*
+// credentials and TLS. The returned func closes the connection.
+func (f *clusterFlags) openCoordinator(ctx context.Context) (coord.Coordinator, func(), error) {
+	if f.coordURL == "" {
 		return nil, nil, fmt.Errorf("--coord nats://HOST:PORT is required (or run a node with --embedded-nats)")
 	}
-	return natscoord.Dial(ctx, url, cluster)
+	o, err := f.nats.connOptions()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, closeFn, err := natscoord.DialConfig(ctx, f.coordURL, natscoord.Config{Cluster: f.clusterName}, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, closeFn, nil
 }
 
 // dialCluster starts a client of a cluster described by the flags.
@@ -133,11 +170,11 @@ func (f *clusterFlags) dialCluster(ctx context.Context, cc cmdlog.ClientConfig) 
 	if err != nil {
 		return nil, nil, err
 	}
-	_, client, err := f.tlsConfigs()
+	client, err := f.clientTLS()
 	if err != nil {
 		return nil, nil, err
 	}
-	co, closeCoord, err := openCoordinator(ctx, f.coordURL, f.clusterName)
+	co, closeCoord, err := f.openCoordinator(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -18,7 +18,7 @@ import (
 
 func newDemoCmd() *cobra.Command {
 	var o match.Options
-	var jsonFile, durability string
+	var jsonFile, durability, keyFile string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a whole Broadside match in one process: log cluster, game server, bots, faults, checks",
@@ -52,6 +52,9 @@ alone (real cluster, and the deterministic simulator).`,
 			if err != nil {
 				return err
 			}
+			if o.Signer, err = loadSigner(keyFile); err != nil {
+				return err
+			}
 			o.Durability, o.Out = d, cmd.OutOrStdout()
 			rep, err := match.Run(cmd.Context(), o)
 			if jsonFile != "" && rep.Ticks > 0 {
@@ -71,6 +74,7 @@ alone (real cluster, and the deterministic simulator).`,
 	f.StringVar(&o.Dir, "dir", "", "working directory (default: a new temporary one; the data under it is removed, the recording kept)")
 	f.StringVar(&o.Recording, "recording", "", "where to write the recording (default: match.bsr in the working directory)")
 	f.StringVar(&durability, "durability", "fsync", durabilityUsage)
+	f.StringVar(&keyFile, "key", "", "sign the recording's log checkpoints with this signer key `FILE` (broadside keygen)")
 	f.BoolVar(&o.NoFaults, "no-faults", false, "do not kill a sim shard, crash the sequencing leader or kill the whole server")
 	cmd.AddCommand(newDemoLogCmd(), newDemoDSTCmd())
 	return cmd

@@ -19,6 +19,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord"
 	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
+	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/transport"
 )
@@ -410,7 +411,7 @@ func TestFaultsRealProcesses(t *testing.T) {
 
 func natsCoord(t *testing.T, ctx context.Context, url string) coord.Coordinator {
 	t.Helper()
-	c, closeFn, err := openCoordinator(ctx, url, "broadside")
+	c, closeFn, err := (&clusterFlags{coordURL: url, clusterName: "broadside"}).openCoordinator(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,9 +419,11 @@ func natsCoord(t *testing.T, ctx context.Context, url string) coord.Coordinator 
 	return c
 }
 
+// mustMutualTLS returns TLS configs with a client certificate (role
+// client): logd refuses certificates that prove no identity.
 func mustMutualTLS(t *testing.T, ca *transport.DevCA) (server, client *tls.Config) {
 	t.Helper()
-	s, c, err := ca.MutualTLS("localhost")
+	s, c, err := mesh.DevNodeTLS(ca, mesh.ClientIDBase, "localhost")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -24,7 +25,9 @@ import (
 	"github.com/anoptic/broadside/cmdlog/shardstore"
 	"github.com/anoptic/broadside/cmdlog/shardstore/jsstore"
 	"github.com/anoptic/broadside/cmdlog/wal"
+	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -45,7 +48,6 @@ type logdFlags struct {
 	shardStore   string
 	shardReps    int
 	coordReps    int
-	nats         natsFlags
 }
 
 // natsFlags are the credentials and TLS of a node's NATS connections (the
@@ -55,14 +57,14 @@ type natsFlags struct {
 	caFile, certFile, keyFile               string
 }
 
-func (n *natsFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&n.user, "nats-user", "", "NATS user name (with --nats-password-file)")
-	f.StringVar(&n.passwordFile, "nats-password-file", "", "file holding the NATS user's password")
-	f.StringVar(&n.nkeyFile, "nats-nkey", "", "file holding a NATS user nkey seed (SU...), for nkey authentication")
-	f.StringVar(&n.credsFile, "nats-creds", "", "NATS credentials file (user JWT and seed; decentralised auth)")
-	f.StringVar(&n.caFile, "nats-ca", "", "CA certificate of the NATS servers: connect over TLS and verify them against it")
-	f.StringVar(&n.certFile, "nats-cert", "", "client certificate for NATS servers that verify clients (with --nats-key)")
-	f.StringVar(&n.keyFile, "nats-key", "", "private key of --nats-cert")
+func (n *natsFlags) register(f *pflag.FlagSet, prefix string) {
+	f.StringVar(&n.user, prefix+"nats-user", "", "NATS user name (with --nats-password-file)")
+	f.StringVar(&n.passwordFile, prefix+"nats-password-file", "", "file holding the NATS user's password")
+	f.StringVar(&n.nkeyFile, prefix+"nats-nkey", "", "file holding a NATS user nkey seed (SU...), for nkey authentication")
+	f.StringVar(&n.credsFile, prefix+"nats-creds", "", "NATS credentials file (user JWT and seed; decentralised auth)")
+	f.StringVar(&n.caFile, prefix+"nats-ca", "", "CA certificate of the NATS servers: connect over TLS and verify them against it")
+	f.StringVar(&n.certFile, prefix+"nats-cert", "", "client certificate for NATS servers that verify clients (with --nats-key)")
+	f.StringVar(&n.keyFile, prefix+"nats-key", "", "private key of --nats-cert")
 }
 
 // connOptions returns the natscoord options the flags describe.
@@ -142,7 +144,6 @@ for every NATS connection of the node.`,
 	f.StringVar(&o.shardStore, "shard-store", "pebble", "where a shard keeps its entries: pebble (local, under --data) or jetstream (a NATS JetStream stream)")
 	f.IntVar(&o.shardReps, "shard-replicas", 3, "replicas of the shard's JetStream stream when this node creates it (--shard-store jetstream)")
 	f.IntVar(&o.coordReps, "coord-replicas", 1, "replicas of the view coordinator's KV bucket when this node creates it (3 on a NATS cluster)")
-	o.nats.register(f)
 	cmd.MarkFlagRequired("role")
 	cmd.MarkFlagRequired("id")
 	return cmd
@@ -171,12 +172,16 @@ func runLogd(ctx context.Context, o logdFlags) error {
 		return err
 	}
 	host, _, _ := net.SplitHostPort(o.listen)
-	server, client, err := o.cf.tlsConfigs(host)
+	server, client, err := o.cf.nodeTLS(self, host)
+	if err != nil {
+		return err
+	}
+	connOpts, err := o.cf.nats.connOptions()
 	if err != nil {
 		return err
 	}
 	if o.embeddedNATS != "" {
-		ns, err := startEmbeddedNATS(o.embeddedNATS, o.dataDir)
+		ns, err := startEmbeddedNATS(o.embeddedNATS, o.dataDir, connOpts)
 		if err != nil {
 			return err
 		}
@@ -186,10 +191,6 @@ func runLogd(ctx context.Context, o logdFlags) error {
 	}
 	if o.cf.coordURL == "" {
 		return fmt.Errorf("--coord nats://HOST:PORT is required (or run a node with --embedded-nats)")
-	}
-	connOpts, err := o.nats.connOptions()
-	if err != nil {
-		return err
 	}
 	co, closeCoord, err := natscoord.DialConfig(ctx, o.cf.coordURL,
 		natscoord.Config{Cluster: o.cf.clusterName, Replicas: o.coordReps}, connOpts)
@@ -210,16 +211,16 @@ func runLogd(ctx context.Context, o logdFlags) error {
 		return err
 	}
 	m, err := mesh.New(mesh.Config{Self: self, ListenAddr: o.listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log,
-		StatelessResetKey: resetKey})
+		StatelessResetKey: resetKey, RequireIdentity: true})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	n := logdNode{self: self, layout: cmdlog.LayoutOf(peers, o.cf.stripeUnit), mesh: m, inbox: inbox, reg: reg, log: log}
+	n := logdNode{self: self, layout: cmdlog.LayoutOf(peers, o.cf.stripeUnit), replicas: replicaIDs(peers), mesh: m, inbox: inbox, reg: reg, log: log}
 	log.Info("logd listening", "role", o.role, "addr", m.Addr(), "shards", n.layout.Shards, "stripe_unit", n.layout.StripeUnit)
 	switch o.role {
 	case "seq":
-		return n.runSeq(ctx, o, co, replicaIDs(peers))
+		return n.runSeq(ctx, o, co, n.replicas)
 	case "shard":
 		return n.runShard(ctx, o, connOpts)
 	default:
@@ -228,24 +229,53 @@ func runLogd(ctx context.Context, o logdFlags) error {
 }
 
 // startEmbeddedNATS starts a nats-server on hostPort with its data under
-// dataDir/nats.
-func startEmbeddedNATS(hostPort, dataDir string) (*natscoord.Embedded, error) {
+// dataDir/nats. It demands of clients the credentials the node itself
+// connects with (--nats-user and --nats-password-file, or --nats-nkey),
+// over TLS with --nats-cert and --nats-key as its certificate when given;
+// beyond loopback it refuses to start without credentials.
+func startEmbeddedNATS(hostPort, dataDir string, c natscoord.ConnOptions) (*natscoord.Embedded, error) {
 	h, p, err := net.SplitHostPort(hostPort)
 	if err != nil {
 		return nil, fmt.Errorf("--embedded-nats: %w", err)
 	}
 	port, _ := strconv.Atoi(p)
-	return natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dataDir, "nats"), Host: h, Port: port})
+	auth := natscoord.ServerAuth{User: c.User, Password: c.Password}
+	if c.NkeySeedFile != "" {
+		seed, err := os.ReadFile(c.NkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("--embedded-nats: %w", err)
+		}
+		kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+		if err != nil {
+			return nil, fmt.Errorf("--embedded-nats: nkey seed %s: %w", c.NkeySeedFile, err)
+		}
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("--embedded-nats: nkey seed %s: %w", c.NkeySeedFile, err)
+		}
+		auth.Nkeys = []string{pub}
+	}
+	if c.CertFile != "" && c.KeyFile != "" {
+		if auth.TLS, err = transport.ServerTLS(c.CertFile, c.KeyFile); err != nil {
+			return nil, fmt.Errorf("--embedded-nats: %w", err)
+		}
+	}
+	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dataDir, "nats"), Host: h, Port: port, Auth: auth})
+	if err != nil {
+		return nil, fmt.Errorf("--embedded-nats: %w", err)
+	}
+	return ns, nil
 }
 
 // logdNode is what a node runs on, whatever its role.
 type logdNode struct {
-	self   msg.NodeID
-	layout msg.Layout
-	mesh   *mesh.Mesh
-	inbox  node.Inbox
-	reg    *prometheus.Registry
-	log    *slog.Logger
+	self     msg.NodeID
+	layout   msg.Layout
+	replicas []msg.NodeID
+	mesh     *mesh.Mesh
+	inbox    node.Inbox
+	reg      *prometheus.Registry
+	log      *slog.Logger
 }
 
 // runSeq runs a sequencing replica, bootstrapping the cluster's first
@@ -266,7 +296,7 @@ func (n logdNode) runSeq(ctx context.Context, o logdFlags, co coord.Coordinator,
 	defer w.Close()
 	metrics := node.NewSeqMetrics(n.reg)
 	return node.RunSeq(ctx, node.SeqConfig{
-		Core:        seq.Config{ID: n.self, Layout: n.layout, Durability: d, SuspectTicks: o.suspect},
+		Core:        seq.Config{ID: n.self, Layout: n.layout, Replicas: n.replicas, Durability: d, SuspectTicks: o.suspect},
 		Timing:      node.Timing{Tick: o.cf.tick},
 		Coordinator: co, WAL: w, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
 		Observe: metrics.Observe,
@@ -299,7 +329,7 @@ func (n logdNode) runShard(ctx context.Context, o logdFlags, connOpts natscoord.
 	}
 	metrics := node.NewShardMetrics(n.reg)
 	return node.RunShard(ctx, node.ShardConfig{
-		Core: shard.Config{ID: n.self, Layout: n.layout}, Storage: st, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
+		Core: shard.Config{ID: n.self, Layout: n.layout, Replicas: n.replicas}, Storage: st, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
 		Observe: metrics.Observe,
 	})
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // Recordings of Broadside matches: the header names the game
@@ -113,6 +114,7 @@ type exportOptions struct {
 	seekTarget         time.Duration
 	noProgress         bool
 	asJSON             bool
+	key                string
 }
 
 func newReplayExportCmd() *cobra.Command {
@@ -179,6 +181,7 @@ holds every tick up to where it stopped.`,
 	f.DurationVar(&o.seekTarget, "seek-target", bsr.DefaultSeekTarget, "adaptive schedule: seeks to any tick must take less than this")
 	f.BoolVar(&o.noProgress, "no-progress", false, "no progress display")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&o.key, "key", "", "sign the recording's log checkpoints with this signer key `FILE` (broadside keygen)")
 	_ = cmd.MarkFlagRequired("out")
 	return cmd
 }
@@ -293,6 +296,10 @@ func (es *exportSource) openCluster(ctx context.Context, o *exportOptions) error
 }
 
 func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions) error {
+	signer, err := loadSigner(o.key)
+	if err != nil {
+		return err
+	}
 	es, err := openExportSource(ctx, &o)
 	if err != nil {
 		return err
@@ -313,7 +320,7 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 	fmt.Fprintf(errOut, "recording %s into %s\n", what, o.out)
 	prog := newReplayProgress(errOut, "export", total, inPos, o.noProgress)
 	var tick atomic.Uint64
-	cfg := bsr.RecordConfig{FromTick: o.fromTick, ToTick: o.toTick,
+	cfg := bsr.RecordConfig{FromTick: o.fromTick, ToTick: o.toTick, Signer: signer,
 		Snapshots: bsr.SnapshotPolicy{FullEvery: o.fullEvery, DeltaEvery: o.deltaEv, SeekTarget: o.seekTarget},
 		Progress: func(t uint64) {
 			tick.Store(t)
@@ -452,6 +459,7 @@ func printInfo(w io.Writer, in bsr.Info, game broadside.Config) {
 
 func newReplayVerifyCmd() *cobra.Command {
 	var asJSON, noProgress bool
+	var keyFile string
 	cmd := &cobra.Command{
 		Use:   "verify FILE",
 		Short: "Re-simulate a recording and compare every tick's state hash",
@@ -460,48 +468,121 @@ code that runs a live match) and compare every tick's state hash with the
 recorded one; every chunk's checksum is checked too. On a divergence the
 diverged sector is re-simulated up to its next recorded snapshot and compared
 with it record by record, to name the first entity and field that differ. The
-exit status is 1 when the recording does not re-simulate.`,
+exit status is 1 when the recording does not re-simulate.
+
+With --key server.pub (broadside keygen) it first checks the recording's signed
+log, offline: it recomputes the Merkle tree (RFC 6962, golang.org/x/mod/sumdb/tlog)
+of the recorded command log and requires every recorded checkpoint to carry the
+key's signature and to match it, and the last one to cover every recorded
+command. So no command was added, dropped, reordered or changed after the
+server signed it; the re-simulation then shows that the state hashes follow from
+those commands. Several files are the segments of one match (serve --record
+after restarts): each later one must prove its log extends the earlier one's.`,
 		Example: `  broadside demo --duration 6s --recording demo.bsr
   broadside replay verify demo.bsr
-  broadside replay verify demo.bsr --json --no-progress`,
-		Args: cobra.ExactArgs(1),
+  broadside replay verify demo.bsr --json --no-progress
+  broadside replay verify --key server.pub demo.bsr`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			r, game, _, err := openRecording(args[0])
-			if err != nil {
-				return err
-			}
-			defer r.Close()
 			out := cmd.OutOrStdout()
-			if !asJSON {
-				schemaWarning(out, r.Header())
-				if r.Truncated() != "" {
-					fmt.Fprintf(out, "recording cut: %s\n", r.Truncated())
-				}
+			if len(args) > 1 && keyFile == "" {
+				return errors.New("several segments are verified with --key")
 			}
-			prog := newReplayProgress(cmd.ErrOrStderr(), "verify", r.LastTick()-r.BaseTick(), false, noProgress || asJSON)
-			res, err := bsr.Verify(ctx, r, game.NewSim, func(t uint64) { prog.set(t-r.BaseTick(), t) })
-			prog.finish()
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				if err := report.WriteJSON(out, verifyJSON(res)); err != nil {
+			var signed *bsr.SignedResult
+			if keyFile != "" {
+				v, err := loadVerifier(keyFile)
+				if err != nil {
 					return err
 				}
-			} else {
-				printVerify(out, r, res)
+				for i, path := range args {
+					res, err := verifySignedFile(path, v)
+					if err != nil {
+						return err
+					}
+					if signed != nil {
+						if err := bsr.CheckSegments(*signed, res); err != nil {
+							return fmt.Errorf("%s does not continue %s: %w", path, args[i-1], err)
+						}
+					}
+					signed = &res
+					if !asJSON {
+						printSigned(out, path, res)
+					}
+				}
 			}
-			if !res.OK {
-				return fmt.Errorf("%w: tick %d, sector %d, %s %s", errReplayDiverged, res.FirstTick, res.Shard, res.Entity, res.Field)
+			for _, path := range args[:len(args)-1] {
+				if err := verifyOne(ctx, out, path, nil, asJSON, noProgress, cmd.ErrOrStderr()); err != nil {
+					return err
+				}
 			}
-			return nil
+			return verifyOne(ctx, out, args[len(args)-1], signed, asJSON, noProgress, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&noProgress, "no-progress", false, "no progress display")
+	cmd.Flags().StringVar(&keyFile, "key", "", "check the signed log with this verifier key `FILE` (broadside keygen's server.pub)")
 	return cmd
+}
+
+// verifySignedFile checks one recording's signed log.
+func verifySignedFile(path string, v note.Verifier) (bsr.SignedResult, error) {
+	r, err := bsr.Open(path)
+	if err != nil {
+		return bsr.SignedResult{}, err
+	}
+	defer r.Close()
+	return bsr.VerifySigned(r, v)
+}
+
+func printSigned(w io.Writer, path string, res bsr.SignedResult) {
+	last := res.Last()
+	end := "final"
+	if !res.Final {
+		end = "NOT final: the recording was cut"
+	}
+	fmt.Fprintf(w, "SIGNED: %s: %d log entries match %d checkpoints signed by %s (tree size %d..%d, root %s at tick %d, %s)\n",
+		path, res.Entries, len(res.Checkpoints), res.Key, res.BaseSize, last.Size, last.Root, last.Tick, end)
+}
+
+// verifyOne re-simulates one recording (signed, if set, is its signed log
+// check, for the JSON output).
+func verifyOne(ctx context.Context, out io.Writer, path string, signed *bsr.SignedResult, asJSON, noProgress bool, errOut io.Writer) error {
+	r, game, _, err := openRecording(path)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if !asJSON {
+		schemaWarning(out, r.Header())
+		if r.Truncated() != "" {
+			fmt.Fprintf(out, "recording cut: %s\n", r.Truncated())
+		}
+	}
+	prog := newReplayProgress(errOut, "verify", r.LastTick()-r.BaseTick(), false, noProgress || asJSON)
+	res, err := bsr.Verify(ctx, r, game.NewSim, func(t uint64) { prog.set(t-r.BaseTick(), t) })
+	prog.finish()
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		m := verifyJSON(res)
+		if signed != nil {
+			last := signed.Last()
+			m["signed"] = map[string]any{"key": signed.Key, "checkpoints": len(signed.Checkpoints), "entries": signed.Entries,
+				"tree_size": last.Size, "root": last.Root.String(), "final": signed.Final}
+		}
+		if err := report.WriteJSON(out, m); err != nil {
+			return err
+		}
+	} else {
+		printVerify(out, r, res)
+	}
+	if !res.OK {
+		return fmt.Errorf("%w: tick %d, sector %d, %s %s", errReplayDiverged, res.FirstTick, res.Shard, res.Entity, res.Field)
+	}
+	return nil
 }
 
 func verifyJSON(res bsr.VerifyResult) map[string]any {

@@ -62,6 +62,7 @@ type serveOptions struct {
 	specDelay  time.Duration
 	retain     time.Duration
 	record     string
+	signKey    string
 	// killAtSnapshot, a test hook, SIGKILLs the process as it is about to
 	// store its Nth snapshot.
 	killAtSnapshot int
@@ -134,6 +135,7 @@ it; in production give --cert and --key.`,
 	f.Float64Var(&o.interest, "interest", 600, "players see ships and balls in the 3×3 cells of this size (metres) around their ship")
 	f.DurationVar(&o.specDelay, "spectator-delay", 2*time.Second, "how far behind the players spectators see the world")
 	f.DurationVar(&o.retain, "retain", 0, "trim the command log and the lineage to about this much play (never past what recovery needs); 0 keeps the whole match (needed to export a recording of it)")
+	f.StringVar(&o.signKey, "sign-key", "", "with --record: sign the recording's log checkpoints with this signer key `FILE` (broadside keygen)")
 	f.StringVar(&o.record, "record", "", "record the live match into this .bsr `FILE`; after a crash and restart the recording continues in a new segment beside it (FILE.2.bsr, ...), each of which 'replay verify' checks")
 	f.IntVar(&o.killAtSnapshot, "test-kill-at-snapshot", 0, "test hook: SIGKILL this process as it is about to store its Nth snapshot")
 	f.IntVar(&o.killAtRestore, "test-kill-at-restore", 0, "test hook: SIGKILL this process as it is about to read back its Nth snapshot (in a recovery)")
@@ -288,7 +290,12 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	var rec *world.Recording
 	if o.record != "" {
 		var seg string
-		if rec, seg, err = world.StartSegmentRecording(ctx, o.record, game, world.DefaultID, worldc, bsr.RecordConfig{Logger: quietLogger()}); err != nil {
+		signer, err := loadSigner(o.signKey)
+		if err != nil {
+			running.Stop(context.Background())
+			return err
+		}
+		if rec, seg, err = world.StartSegmentRecording(ctx, o.record, game, world.DefaultID, worldc, bsr.RecordConfig{Logger: quietLogger(), Signer: signer}); err != nil {
 			running.Stop(context.Background())
 			return err
 		}

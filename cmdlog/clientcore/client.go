@@ -194,15 +194,17 @@ type Client struct {
 	rtt rttEstimator
 	// completing is scratch space for onAck.
 	completing []*pendingAppend
-	byID       map[uint64]*pendingAppend
-	nextReq    uint64
-	reads      map[uint64]*pendingRead
-	readIDs    []uint64
-	tails      []*pendingTail
-	trims      []*pendingTrim
-	coordReq   uint64
-	coordAt    int64
-	wantView   bool
+	// byID indexes the pending appends by record id (own and foreign
+	// ids: an id appended again while pending joins the first).
+	byID     map[msg.RecordID]*pendingAppend
+	nextReq  uint64
+	reads    map[uint64]*pendingRead
+	readIDs  []uint64
+	tails    []*pendingTail
+	trims    []*pendingTrim
+	coordReq uint64
+	coordAt  int64
+	wantView bool
 
 	ready Ready
 }
@@ -228,7 +230,7 @@ func New(cfg Config) *Client {
 	}
 	c := &Client{
 		cfg:      cfg,
-		byID:     make(map[uint64]*pendingAppend),
+		byID:     make(map[msg.RecordID]*pendingAppend),
 		rounds:   make(map[uint64]round),
 		reads:    make(map[uint64]*pendingRead),
 		wantView: true,
@@ -273,15 +275,13 @@ func (c *Client) Append(data []byte) msg.RecordID {
 // producers such as the world ticker). Appending an id twice is harmless:
 // the replicas store it once.
 func (c *Client) AppendWithID(id msg.RecordID, data []byte) msg.RecordID {
-	if _, dup := c.byID[id.Seq]; dup && id.Client == c.cfg.ClientID {
+	if _, dup := c.byID[id]; dup {
 		return id
 	}
 	c.appendOrder++
 	p := &pendingAppend{rec: msg.Record{ID: id, Data: data}, unsent: true, order: c.appendOrder}
 	c.appends = append(c.appends, p)
-	if id.Client == c.cfg.ClientID {
-		c.byID[id.Seq] = p
-	}
+	c.byID[id] = p
 	return id
 }
 
@@ -461,8 +461,11 @@ func (c *Client) Step(env msg.Envelope) {
 		c.onAck(env.From, m)
 	case msg.AppendReject:
 		// A refused append, or a replica telling us its view was sealed
-		// or a new one started: learn the view now.
-		c.wantView = true
+		// or a new one started: learn the view now. A busy replica is
+		// retried at the retry timeout (its view is fine).
+		if m.Reason != msg.RejectBusy {
+			c.wantView = true
+		}
 	case msg.ReadResp:
 		c.onRead(m)
 	case msg.TailResp:
@@ -487,20 +490,7 @@ func (c *Client) onAck(from msg.NodeID, m msg.AppendAck) {
 	// Only appends this message acknowledges can have become complete.
 	done := c.completing[:0]
 	for _, id := range m.IDs {
-		if id.Client != c.cfg.ClientID {
-			// Records appended with foreign ids are found by scan.
-			for _, p := range c.appends {
-				if !p.done && p.rec.ID == id {
-					c.ackOne(p, from)
-					if c.isComplete(p) {
-						p.done = true
-						done = append(done, p)
-					}
-				}
-			}
-			continue
-		}
-		if p := c.byID[id.Seq]; p != nil && !p.done {
+		if p := c.byID[id]; p != nil && !p.done {
 			c.ackOne(p, from)
 			if c.isComplete(p) {
 				p.done = true
@@ -536,9 +526,7 @@ func (c *Client) isComplete(p *pendingAppend) bool {
 
 // finish completes p (already marked done).
 func (c *Client) finish(p *pendingAppend) {
-	if p.rec.ID.Client == c.cfg.ClientID {
-		delete(c.byID, p.rec.ID.Seq)
-	}
+	delete(c.byID, p.rec.ID)
 	c.doneCount++
 	if p.attempts == 1 {
 		c.rtt.observe(c.now - p.sentAt)

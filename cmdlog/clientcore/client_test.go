@@ -119,3 +119,38 @@ func TestViewChangeResendsAll(t *testing.T) {
 		}
 	}
 }
+
+// TestForeignIDsIndexed: appends with foreign ids (a game server's
+// players' commands) are acknowledged through the id index: an id
+// appended again while pending is sent once and completes once, acks
+// complete exactly the appends they name, in request order.
+func TestForeignIDsIndexed(t *testing.T) {
+	c := newTestClient(t, Config{})
+	var ids []msg.RecordID
+	for i := range 100 {
+		ids = append(ids, c.AppendWithID(msg.RecordID{Client: 1<<63 | uint64(i%10), Seq: uint64(i/10 + 1)}, []byte{byte(i)}))
+	}
+	c.AppendWithID(ids[5], []byte{5}) // a resend while pending
+	sent := 0
+	for _, batches := range appendMessages(c.Ready()) {
+		for _, b := range batches {
+			sent += len(b)
+		}
+	}
+	if sent != 3*100 {
+		t.Fatalf("%d records sent to 3 replicas, want 300 (the resent id once)", sent)
+	}
+	ackAll(c, ids[90], ids[5], ids[7])
+	var got []msg.RecordID
+	for _, cp := range c.Ready().Completions {
+		if cp.Kind == CompleteAppend {
+			got = append(got, cp.ID)
+		}
+	}
+	if len(got) != 3 || got[0] != ids[5] || got[1] != ids[7] || got[2] != ids[90] {
+		t.Fatalf("completions %v, want %v %v %v in request order", got, ids[5], ids[7], ids[90])
+	}
+	if p := c.Pending(); p != 97 {
+		t.Fatalf("%d pending, want 97", p)
+	}
+}

@@ -25,10 +25,13 @@
 //   - unknown enum values (RejectReason, ReadErr).
 //
 // Encode does not check these limits: a caller that builds a larger message
-// gets a frame its peer will refuse. Cores keep batches well below them.
+// gets a frame its peer will refuse. EncodeTo, which the mesh writes with,
+// checks them (CheckLimits and the size) and refuses such a message with
+// ErrTooLarge. Cores keep batches well below them.
 package codec
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -51,6 +54,61 @@ const (
 	// MaxRecordData is the largest Data of one Record or Entry.
 	MaxRecordData = 1 << 20
 )
+
+// ErrTooLarge is wrapped by EncodeTo's errors for a message Decode would
+// reject for its size or its lists: EncodeTo never writes one.
+var ErrTooLarge = errors.New("codec: message exceeds the decoder's limits")
+
+// CheckLimits reports (wrapping ErrTooLarge) whether m has a list longer
+// than MaxItems or a record larger than MaxRecordData, which Decode
+// rejects. EncodeTo checks it, and the size, before writing.
+func CheckLimits(m msg.Message) error {
+	items := func(what string, n int) error {
+		if n > MaxItems {
+			return fmt.Errorf("codec: %s: %d %s, over MaxItems: %w", m.Kind(), n, what, ErrTooLarge)
+		}
+		return nil
+	}
+	view := func(v msg.ViewRecord) error {
+		if err := items("dedup marks", len(v.Dedup)); err != nil {
+			return err
+		}
+		for _, d := range v.Dedup {
+			if err := items("ids above a mark", len(d.Above)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	records := func(rs []msg.Record) error {
+		if err := items("records", len(rs)); err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if len(r.Data) > MaxRecordData {
+				return fmt.Errorf("codec: %s: a record of %d bytes, over MaxRecordData: %w", m.Kind(), len(r.Data), ErrTooLarge)
+			}
+		}
+		return nil
+	}
+	switch m := m.(type) {
+	case msg.StartView:
+		return view(m.View)
+	case msg.CoordCAS:
+		return view(m.View)
+	case msg.CoordResp:
+		return view(m.View)
+	case msg.Append:
+		return records(m.Records)
+	case msg.Store:
+		return items("entries", len(m.Entries))
+	case msg.ReadResp:
+		return items("entries", len(m.Entries))
+	case msg.GC:
+		return items("ids", len(m.IDs))
+	}
+	return nil
+}
 
 // maxPooledBuilder is the largest builder buffer an encoder keeps for reuse.
 const maxPooledBuilder = 1 << 20
@@ -91,6 +149,9 @@ func Encode(dst []byte, m msg.Message) []byte {
 // without copying it out of the encoder first; the bytes are valid only
 // during the call. It returns write's error.
 func EncodeTo(m msg.Message, write func([]byte) error) error {
+	if err := CheckLimits(m); err != nil {
+		return err
+	}
 	e := encoders.Get().(*encoder)
 	b := e.b
 	b.Reset()
@@ -99,7 +160,12 @@ func EncodeTo(m msg.Message, write func([]byte) error) error {
 	fb.FrameAddBody(b, body)
 	fb.FrameAddBodyType(b, typ)
 	b.FinishWithFileIdentifier(fb.FrameEnd(b), frameIdent)
-	err := write(b.FinishedBytes())
+	var err error
+	if out := b.FinishedBytes(); len(out) > MaxMessageSize {
+		err = fmt.Errorf("codec: %s encodes to %d bytes, over MaxMessageSize: %w", m.Kind(), len(out), ErrTooLarge)
+	} else {
+		err = write(out)
+	}
 	if cap(b.Bytes) <= maxPooledBuilder && cap(e.offs) <= MaxItems {
 		e.offs = e.offs[:0]
 		encoders.Put(e)

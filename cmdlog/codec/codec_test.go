@@ -421,7 +421,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"too many ids", Encode(nil, msg.AppendAck{IDs: manyIDs}), "MaxItems"},
 		{"too much data", Encode(nil, msg.Append{Records: bigData}), "MaxRecordData"},
 		{"reject reason 0", withReason(0), "reject reason"},
-		{"reject reason 4", withReason(4), "reject reason"},
+		{"reject reason 5", withReason(5), "reject reason"},
 		{"read error 3", Encode(nil, msg.ReadResp{Err: 3}), "read error"},
 		{"shared records", sharedRecords(1000, 100), "shared"},
 	} {
@@ -619,4 +619,33 @@ func TestVtableOffsets(t *testing.T) {
 	tab = body(msg.ReadResp{Entries: entries(4, 1)})
 	rr.Init(tab.Bytes, tab.Pos)
 	check("ReadResp.entries", tab, vtReadRespEntries, rr.EntriesLength())
+}
+
+// TestEncodeToRefusesWhatDecodeRejects: EncodeTo never writes a message
+// that Decode would reject for its lists or size (issue 16, finding 6: a
+// view record with more than MaxItems dedup marks was written and could
+// not be read back).
+func TestEncodeToRefusesWhatDecodeRejects(t *testing.T) {
+	marks := make([]msg.ClientMark, MaxItems+1)
+	for i := range marks {
+		marks[i] = msg.ClientMark{Client: uint64(i + 1), Mark: 1}
+	}
+	big := msg.ViewRecord{Number: 2, Members: []msg.NodeID{1}, Leader: 1, Dedup: marks}
+	for _, m := range []msg.Message{msg.StartView{View: big}, msg.CoordCAS{View: big}, msg.CoordResp{View: big},
+		msg.Append{Records: []msg.Record{{Data: make([]byte, MaxRecordData+1)}}}} {
+		// Decode rejects it...
+		if _, err := Decode(Encode(nil, m)); err == nil {
+			t.Fatalf("%s: Decode accepted an over-limit message", m.Kind())
+		}
+		// ...so EncodeTo refuses it without writing.
+		wrote := false
+		err := EncodeTo(m, func([]byte) error { wrote = true; return nil })
+		if !errors.Is(err, ErrTooLarge) || wrote {
+			t.Fatalf("%s: EncodeTo = %v, wrote %v; want ErrTooLarge, nothing written", m.Kind(), err, wrote)
+		}
+	}
+	ok := msg.StartView{View: msg.ViewRecord{Number: 2, Members: []msg.NodeID{1}, Leader: 1, Dedup: marks[:MaxItems]}}
+	if err := EncodeTo(ok, func([]byte) error { return nil }); err != nil {
+		t.Fatalf("EncodeTo at the limit: %v", err)
+	}
 }

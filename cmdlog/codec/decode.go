@@ -67,7 +67,7 @@ func decodeBody(typ fb.Body, t flatbuffers.Table, share bool) (msg.Message, erro
 			return nil, err
 		}
 		reason := msg.RejectReason(x.Reason())
-		if reason < msg.RejectWrongView || reason > msg.RejectNoView {
+		if reason < msg.RejectWrongView || reason > msg.RejectBusy {
 			return nil, fmt.Errorf("unknown reject reason %d: %w", reason, ErrMalformed)
 		}
 		return msg.AppendReject{View: x.View(), Reason: reason, IDs: ids}, nil

@@ -14,6 +14,11 @@ import (
 // valid encoded ViewRecord.
 var ErrBadRecord = errors.New("coord: malformed view record")
 
+// MaxRecordBytes is the largest encoded view record a coordinator stores:
+// under NATS's default 1 MiB payload limit, with room for headers. The
+// replicas keep records far below it (dedup.MaxExportBytes).
+const MaxRecordBytes = 1<<20 - 16<<10
+
 // viewRecordVersion is the first byte of an encoded ViewRecord.
 const viewRecordVersion = 1
 

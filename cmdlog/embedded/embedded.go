@@ -1,6 +1,6 @@
 // Package embedded runs a whole command log cluster inside one process, as
 // 'broadside serve' and 'broadside demo' do by default: 3 sequencing
-// replicas and 2 shards on loopback QUIC, shard stores and write-ahead
+// replicas and 2 shards talking in process (Options.Network), shard stores and write-ahead
 // logs in Pebble under a directory, and views in an embedded NATS
 // JetStream KV persisted under it too, so that a restarted process finds
 // its log's view. It links nats-server (the coordinator's adapter); the
@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -41,7 +42,37 @@ type Options struct {
 	// Logger receives the cluster's messages (nil: errors only, to
 	// stderr).
 	Logger *slog.Logger
+	// Network is how the nodes talk: InProcess (the default) or
+	// QUICMesh.
+	Network Network
 }
+
+// Network is how an embedded cluster's nodes reach each other.
+type Network int
+
+const (
+	// InProcess hands messages between the nodes' inboxes in memory
+	// (node.LocalNet): the nodes share one process and fail together, so
+	// loopback QUIC between them would cost CPU (packets, encryption,
+	// syscalls; most of the embedded log's cost under load) and buy
+	// nothing. The default.
+	InProcess Network = iota
+	// QUICMesh runs every node's links over loopback QUIC with mutual TLS
+	// (mesh.Group), as separate logd processes do: for measuring that path
+	// in one process.
+	QUICMesh
+)
+
+// network is a cmdlog.Network that can be closed.
+type network interface {
+	cmdlog.Network
+	Close()
+}
+
+// localNet is node.LocalNet with nothing to close.
+type localNet struct{ *node.LocalNet }
+
+func (localNet) Close() {}
 
 // Cluster is a command log cluster in this process.
 type Cluster struct {
@@ -51,13 +82,20 @@ type Cluster struct {
 	closeNC func()
 	log     *cmdlog.Client // players' commands
 	world   *cmdlog.Client // the world: tick markers, migrations, reads
-	group   *mesh.Group
+	group   network
 	disk    *cmdlog.DiskStorage
 	health  node.StorageHealth
 }
 
-// Start starts a cluster on o.Dir.
-func Start(ctx context.Context, o Options) (*Cluster, error) {
+// Start starts a cluster on o.Dir. Its goroutines (nodes, clients, the
+// network, the coordinator's NATS) carry the pprof label component=log,
+// so that a profile of a game server splits the log's CPU from the rest.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	pprof.Do(ctx, pprof.Labels("component", "log"), func(ctx context.Context) { c, err = start(ctx, o) })
+	return c, err
+}
+
+func start(ctx context.Context, o Options) (*Cluster, error) {
 	quiet := o.Logger
 	if quiet == nil {
 		quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
@@ -79,7 +117,11 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		ns.Shutdown()
 		return nil, err
 	}
-	c := &Cluster{coord: co, nats: ns, closeNC: closeNC, group: mesh.NewGroup(server, client, quiet), disk: &cmdlog.DiskStorage{Dir: o.Dir, Logger: quiet}}
+	var net network = localNet{node.NewLocalNet()}
+	if o.Network == QUICMesh {
+		net = mesh.NewGroup(server, client, quiet)
+	}
+	c := &Cluster{coord: co, nats: ns, closeNC: closeNC, group: net, disk: &cmdlog.DiskStorage{Dir: o.Dir, Logger: quiet}}
 	durability := o.Durability
 	c.lc, err = cmdlog.StartLocal(ctx, cmdlog.LocalConfig{
 		Coordinator: c.coord, Network: c.group, Durability: durability, Logger: quiet,

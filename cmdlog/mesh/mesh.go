@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/codec"
@@ -27,6 +28,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/quic-go/quic-go"
+	"golang.org/x/time/rate"
 )
 
 // ALPN is the application protocol of cmdlog links.
@@ -35,8 +37,20 @@ const ALPN = "broadside-log/1"
 // CodeBadMessage closes a link whose peer sent an undecodable message.
 const CodeBadMessage = transport.CodeFirstProtocolSpecific + 1
 
-// maxQueued bounds messages queued for one peer.
-const maxQueued = 1 << 16
+// maxQueued bounds messages queued for one peer, and maxQueuedBytes
+// their size (SizeOf): a peer that reads slowly costs at most that much.
+const (
+	maxQueued      = 1 << 16
+	maxQueuedBytes = 64 << 20
+)
+
+// MaxFrameSize is the largest message a link carries, either way: the
+// cores cap their messages at about 4 MiB of records (a Store batch, a
+// read response, a client's Append), so 8 MiB leaves room for their
+// overhead while a hostile peer's frame costs at most that much to
+// receive. A larger frame closes the link (transport.CodeFrameTooLarge);
+// a larger message to send is dropped.
+const MaxFrameSize = 8 << 20
 
 // sharedDecodeAbove is the frame size from which received frames keep
 // their own buffer and are decoded without copying their records.
@@ -52,8 +66,54 @@ const sharedDecodeAbove = 4 << 10
 // link open.
 const linkIdleTimeout = 1500 * time.Millisecond
 
-// maxPending bounds messages held for a peer while its link is dialled.
-const maxPending = 4096
+// maxPending bounds messages held for a peer while its link is dialled,
+// and maxPendingBytes their size.
+const (
+	maxPending      = 4096
+	maxPendingBytes = 8 << 20
+)
+
+// SizeOf estimates the encoded size of m, for the byte budgets of the
+// queues: the records' data and a fixed cost per item.
+func SizeOf(m msg.Message) int {
+	const item, base = 40, 64
+	n := base
+	switch m := m.(type) {
+	case msg.Append:
+		for _, r := range m.Records {
+			n += len(r.Data) + item
+		}
+	case msg.Store:
+		for _, e := range m.Entries {
+			n += len(e.Record.Data) + item
+		}
+	case msg.ReadResp:
+		for _, e := range m.Entries {
+			n += len(e.Record.Data) + item
+		}
+	case msg.AppendAck:
+		n += len(m.IDs) * item
+	case msg.AppendReject:
+		n += len(m.IDs) * item
+	case msg.GC:
+		n += len(m.IDs) * item
+	case msg.StartView:
+		n += viewSize(m.View)
+	case msg.CoordCAS:
+		n += viewSize(m.View)
+	case msg.CoordResp:
+		n += viewSize(m.View)
+	}
+	return n
+}
+
+func viewSize(v msg.ViewRecord) int {
+	n := len(v.Members) * 8
+	for _, d := range v.Dedup {
+		n += 24 + 8*len(d.Above)
+	}
+	return n
+}
 
 // Config configures a Mesh.
 type Config struct {
@@ -78,6 +138,13 @@ type Config struct {
 	// dialled at) learns at once that its connection is dead, instead of
 	// at the idle timeout.
 	StatelessResetKey *quic.StatelessResetKey
+	// RequireIdentity refuses peers whose certificates carry no node
+	// identity (see Identity); logd sets it. Whatever it says, a peer whose
+	// certificate carries an identity may only use the node id it proves:
+	// a link claiming another is closed with CodeBadIdentity, on the
+	// accepting side (the dialer's hello) and the dialling side (the
+	// server's certificate).
+	RequireIdentity bool
 }
 
 // Mesh is one node's set of links.
@@ -97,19 +164,25 @@ type Mesh struct {
 	retired []*link
 	dialing map[msg.NodeID]time.Time
 	// pending holds messages for peers being dialled.
-	pending map[msg.NodeID][]msg.Message
+	pending      map[msg.NodeID][]msg.Message
+	pendingBytes map[msg.NodeID]int
 
 	dropped uint64
+	// identityRejects counts links closed with CodeBadIdentity.
+	identityRejects atomic.Uint64
+	warnLimit       *rate.Limiter
 }
 
 type link struct {
-	peer   msg.NodeID
-	st     *transport.Stream
-	mu     sync.Mutex
-	queue  []msg.Message
-	wake   chan struct{}
-	closed chan struct{}
-	once   sync.Once
+	peer  msg.NodeID
+	st    *transport.Stream
+	mu    sync.Mutex
+	queue []msg.Message
+	// queueBytes is the SizeOf sum of queue.
+	queueBytes int
+	wake       chan struct{}
+	closed     chan struct{}
+	once       sync.Once
 }
 
 // New opens the node's endpoint and starts accepting links.
@@ -122,7 +195,7 @@ func New(cfg Config) (*Mesh, error) {
 	}
 	ep, err := transport.NewEndpoint(transport.Config{
 		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.ServerTLS, ClientTLS: cfg.ClientTLS,
-		ALPN: []string{ALPN}, MaxFrameSize: codec.MaxMessageSize, IdleTimeout: linkIdleTimeout,
+		ALPN: []string{ALPN}, MaxFrameSize: MaxFrameSize, IdleTimeout: linkIdleTimeout,
 		KeepAlivePeriod: linkIdleTimeout / 5, Logger: cfg.Logger, StatelessResetKey: cfg.StatelessResetKey,
 	})
 	if err != nil {
@@ -137,7 +210,7 @@ func New(cfg Config) (*Mesh, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Mesh{cfg: cfg, ep: ep, log: cfg.Logger, ctx: ctx, cancel: cancel,
 		peers: make(map[msg.NodeID]string), links: make(map[msg.NodeID]*link), dialing: make(map[msg.NodeID]time.Time),
-		pending: make(map[msg.NodeID][]msg.Message)}
+		pending: make(map[msg.NodeID][]msg.Message), pendingBytes: make(map[msg.NodeID]int), warnLimit: rate.NewLimiter(1, 5)}
 	for id, a := range cfg.Peers {
 		m.peers[id] = a
 	}
@@ -184,6 +257,10 @@ func (m *Mesh) announce(peer msg.NodeID) {
 	}
 }
 
+// IdentityRejects returns how many links were closed because their
+// claimed node id was not the certificate's.
+func (m *Mesh) IdentityRejects() uint64 { return m.identityRejects.Load() }
+
 // Addr returns the local UDP address.
 func (m *Mesh) Addr() string { return m.ep.Addr().String() }
 
@@ -228,8 +305,10 @@ func (m *Mesh) Send(env msg.Envelope) {
 	if l == nil {
 		// Hold the message for the link being dialled (a new client's
 		// first read would otherwise wait for a retry timeout).
-		if _, known := m.peers[env.To]; known && len(m.pending[env.To]) < maxPending {
+		size := SizeOf(env.Msg)
+		if _, known := m.peers[env.To]; known && len(m.pending[env.To]) < maxPending && m.pendingBytes[env.To]+size <= maxPendingBytes {
 			m.pending[env.To] = append(m.pending[env.To], env.Msg)
+			m.pendingBytes[env.To] += size
 		} else {
 			m.dropped++
 		}
@@ -246,12 +325,14 @@ func (m *Mesh) Send(env msg.Envelope) {
 }
 
 func (l *link) enqueue(mm msg.Message) bool {
+	size := SizeOf(mm)
 	l.mu.Lock()
-	if len(l.queue) >= maxQueued {
+	if len(l.queue) >= maxQueued || l.queueBytes+size > maxQueuedBytes {
 		l.mu.Unlock()
 		return false
 	}
 	l.queue = append(l.queue, mm)
+	l.queueBytes += size
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
@@ -273,6 +354,7 @@ func (m *Mesh) dialLocked(id msg.NodeID) {
 	if !ok || m.ctx.Err() != nil {
 		m.dropped += uint64(len(m.pending[id]))
 		delete(m.pending, id)
+		delete(m.pendingBytes, id)
 		return
 	}
 	if t, busy := m.dialing[id]; busy && time.Since(t) < 200*time.Millisecond {
@@ -285,12 +367,20 @@ func (m *Mesh) dialLocked(id msg.NodeID) {
 		ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
 		defer cancel()
 		conn, err := m.ep.Dial(ctx, addr)
+		if err == nil {
+			if ierr := checkPeer(conn.TLS(), id, m.cfg.RequireIdentity); ierr != nil {
+				m.log.Warn("mesh: closing a link to a peer whose certificate is not its", "self", m.cfg.Self, "peer", id, "addr", addr, "err", ierr)
+				conn.CloseWithCode(CodeBadIdentity, "bad identity")
+				err = ierr
+			}
+		}
 		if err != nil {
 			m.log.Debug("mesh dial failed", "self", m.cfg.Self, "peer", id, "addr", addr, "err", err)
 			m.mu.Lock()
 			if m.links[id] == nil {
 				m.dropped += uint64(len(m.pending[id]))
 				delete(m.pending, id)
+				delete(m.pendingBytes, id)
 			}
 			m.mu.Unlock()
 			return
@@ -339,6 +429,15 @@ func (m *Mesh) acceptLoop() {
 				conn.CloseWithCode(transport.CodeProtocolError, "bad node id")
 				return
 			}
+			if err := checkPeer(conn.TLS(), peer, m.cfg.RequireIdentity); err != nil {
+				m.identityRejects.Add(1)
+				if m.warnLimit.Allow() {
+					m.log.Warn("mesh: closing a link whose claimed node id its certificate does not prove", "self", m.cfg.Self,
+						"claimed", peer, "remote", conn.RemoteAddr(), "err", err, "rejected_so_far", m.identityRejects.Load())
+				}
+				conn.CloseWithCode(CodeBadIdentity, "bad identity")
+				return
+			}
 			m.addLink(peer, st)
 		}()
 	}
@@ -364,9 +463,11 @@ func (m *Mesh) addLink(peer msg.NodeID, st *transport.Stream) {
 	delete(m.dialing, peer)
 	if p := m.pending[peer]; len(p) > 0 {
 		l.queue = append(l.queue, p...)
+		l.queueBytes = m.pendingBytes[peer]
 		l.wake <- struct{}{}
 	}
 	delete(m.pending, peer)
+	delete(m.pendingBytes, peer)
 	m.mu.Unlock()
 	// Tell the local node: what it sent on the previous link may be lost.
 	m.cfg.Inbox.Deliver(msg.Envelope{From: peer, To: m.cfg.Self, Msg: msg.LinkUp{}})
@@ -421,6 +522,12 @@ func (m *Mesh) writeLoop(l *link) {
 	defer m.wg.Done()
 	defer m.removeLink(l)
 	var batch []msg.Message
+	bufferFrame := func(b []byte) error {
+		if len(b) > MaxFrameSize {
+			return fmt.Errorf("mesh: a message of %d bytes, over MaxFrameSize: %w", len(b), codec.ErrTooLarge)
+		}
+		return l.st.BufferFrame(b)
+	}
 	for {
 		select {
 		case <-l.closed:
@@ -431,12 +538,22 @@ func (m *Mesh) writeLoop(l *link) {
 		}
 		l.mu.Lock()
 		batch, l.queue = l.queue, batch[:0]
+		l.queueBytes = 0
 		l.mu.Unlock()
 		for i, mm := range batch {
-			if err := codec.EncodeTo(mm, l.st.BufferFrame); err != nil {
+			batch[i] = nil
+			if err := codec.EncodeTo(mm, bufferFrame); err != nil {
+				if errors.Is(err, codec.ErrTooLarge) {
+					// The peer would refuse it and close the link: drop
+					// it (a bug of the sender; the protocol retries).
+					m.log.Error("mesh: dropping a message over the codec's limits", "self", m.cfg.Self, "peer", l.peer, "err", err)
+					m.mu.Lock()
+					m.dropped++
+					m.mu.Unlock()
+					continue
+				}
 				return
 			}
-			batch[i] = nil
 		}
 		if err := l.st.Flush(); err != nil {
 			return

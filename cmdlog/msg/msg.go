@@ -134,6 +134,10 @@ const (
 	RejectSealed
 	// RejectNoView: the replica has not (re)joined any view yet.
 	RejectNoView
+	// RejectBusy: the replica holds as many unordered bytes as it may (the
+	// shards are down or slow); the client retries later. Nothing was
+	// stored.
+	RejectBusy
 )
 
 // AppendReject refuses an append; View is the replica's current view (0 if

@@ -1,6 +1,7 @@
 package seq
 
 import (
+	"github.com/anoptic/broadside/cmdlog/dedup"
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
 
@@ -24,6 +25,10 @@ type Config struct {
 	ID msg.NodeID
 	// Layout maps positions to shards.
 	Layout msg.Layout
+	// Replicas are the cluster's configured sequencing replicas: the only
+	// ids that may join, lead, flush or be members of a view. Empty means
+	// every id below the lowest shard (replicas 1, 2, ..., shards from 101).
+	Replicas []msg.NodeID
 	// Durability selects memory or fsync acknowledgement.
 	Durability Durability
 	// BatchSize caps the records the leader orders in one batch.
@@ -57,6 +62,21 @@ type Config struct {
 	// stays bounded however long the log runs. 0 means the default (16384);
 	// negative: never.
 	CheckpointRecords int
+	// MaxHeldBytes caps the record bytes a replica holds that are not yet
+	// stable (its unordered log and its ordered, unstable entries): beyond
+	// it, appends are refused with RejectBusy (nothing stored, the client
+	// retries), so that while shards are down the replica's memory stays
+	// bounded. A record the pending GC of the leader names is always
+	// accepted (otherwise a full follower could never catch up). 0 means
+	// the default, 256 MiB; an append to an empty replica is always
+	// accepted.
+	MaxHeldBytes int64
+	// DedupClients caps the clients whose deduplication marks a view
+	// record carries: at a view change the marks of the most recently
+	// active ones are kept, the others expire (a client quiet while this
+	// many others appended; its resend of an old append could be stored
+	// again). 0 means dedup.MaxExportClients, also the maximum.
+	DedupClients int
 	// Bugs injects known protocol bugs, to prove that the simulator's
 	// checker catches them. Never set outside tests.
 	Bugs Bugs
@@ -91,6 +111,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.OrderDelayTicks == 0 && c.Durability == Fsync {
 		c.OrderDelayTicks = 1
+	}
+	if c.DedupClients <= 0 || c.DedupClients > dedup.MaxExportClients {
+		c.DedupClients = dedup.MaxExportClients
+	}
+	if c.MaxHeldBytes <= 0 {
+		c.MaxHeldBytes = 256 << 20
 	}
 	if c.CheckpointRecords == 0 {
 		c.CheckpointRecords = 16384

@@ -14,7 +14,7 @@ package seq_test
 //
 // Commands:
 //
-//	bootstrap replicas=3 shards=2 [stripe=N] [durability=fsync] [batch=N] [suspect=N] [checkpoint=N]
+//	bootstrap replicas=3 shards=2 [stripe=N] [durability=fsync] [batch=N] [suspect=N] [checkpoint=N] [held=BYTES]
 //	                                     (checkpoint: Config.CheckpointRecords; default: none in a script;
 //	                                     a replica's WAL drops what precedes a checkpoint, as cmdlog/wal does)
 //	append client=C ids=1,2,3 [to=1,2]   an Append from client C to the replicas (default: the view)
@@ -28,6 +28,13 @@ package seq_test
 //	queue                                print the queued messages
 //	state                                print every replica, shard and the coordinator's record
 //	wal id=X                             print what replica X persisted
+//	forge from=X to=Y kind=K [view=N] [leader=L] [members=1,2] [epoch=N] [truncate-above=N] [rev=N]
+//	                                     queue a message X never sent (X >= 1<<24 or c<N>: a client;
+//	                                     4294967295: the coordinator's address); kinds StartView, Seal,
+//	                                     GC, Join, Heartbeat, Store, StableGP, CoordResp
+//	coord-write view=N leader=L members=1,2 [change-epoch=N flusher=F]
+//	                                     overwrite the coordinator's record (a corrupted or hostile record)
+//	refused                              print how many messages each node refused
 
 import (
 	"fmt"
@@ -135,6 +142,28 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 	case "state":
 		h.state()
+	case "forge":
+		h.forge(t, d)
+	case "coord-write":
+		v := msg.ViewRecord{Number: uint64(intArg(t, d, "view", 0)), Leader: msg.NodeID(intArg(t, d, "leader", 0)),
+			Members: idsArg(t, d, "members")}
+		if d.HasArg("change-epoch") {
+			v.Change = &msg.ViewChange{Epoch: uint64(intArg(t, d, "change-epoch", 0)),
+				Flusher: msg.NodeID(intArg(t, d, "flusher", 0)), NewMembers: v.Members}
+		}
+		h.coordRec, h.coordRev = v, h.coordRev+1
+		fmt.Fprintf(&h.out, "coordinator: rev %d view %d members %v leader %d\n", h.coordRev, v.Number, v.Members, v.Leader)
+	case "refused":
+		for _, r := range h.replicas {
+			if r.core != nil {
+				fmt.Fprintf(&h.out, "replica %d: refused %d\n", r.id, r.core.Refused())
+			}
+		}
+		for _, s := range h.shards {
+			if s.core != nil {
+				fmt.Fprintf(&h.out, "shard %d: refused %d\n", s.id, s.core.Refused())
+			}
+		}
 	case "wal":
 		r := h.replica(msg.NodeID(intArg(t, d, "id", 0)))
 		if r == nil {
@@ -181,7 +210,7 @@ func (h *harness) bootstrap(t *testing.T, d *datadriven.TestData) {
 		h.layout.Shards = append(h.layout.Shards, id)
 	}
 	h.cfg = seq.Config{Layout: h.layout, BatchSize: intArg(t, d, "batch", 0), SuspectTicks: intArg(t, d, "suspect", 0),
-		CheckpointRecords: intArg(t, d, "checkpoint", -1)}
+		CheckpointRecords: intArg(t, d, "checkpoint", -1), MaxHeldBytes: int64(intArg(t, d, "held", 0))}
 	if d.HasArg("durability") {
 		var v string
 		d.ScanArgs(t, "durability", &v)
@@ -204,6 +233,7 @@ func (h *harness) bootstrap(t *testing.T, d *datadriven.TestData) {
 	// The initial view, as `logd --bootstrap` writes it; every replica
 	// learns it from the coordinator.
 	h.coordRec, h.coordRev = msg.ViewRecord{Number: 1, Members: members, Leader: members[0]}, 1
+	h.cfg.Replicas = members
 	for _, id := range members {
 		cfg := h.cfg
 		cfg.ID = id
@@ -487,6 +517,54 @@ func record(v msg.ViewRecord) string {
 		s += fmt.Sprintf(" change to %d by %d members %v", v.Change.Epoch, v.Change.Flusher, v.Change.NewMembers)
 	}
 	return s + "}"
+}
+
+// forge queues a message that its claimed sender never sent.
+func (h *harness) forge(t *testing.T, d *datadriven.TestData) {
+	var fromS, kind string
+	d.ScanArgs(t, "from", &fromS)
+	d.ScanArgs(t, "kind", &kind)
+	var from msg.NodeID
+	if c, ok := strings.CutPrefix(fromS, "c"); ok {
+		n, err := strconv.Atoi(c)
+		if err != nil {
+			t.Fatalf("forge: from: %v", err)
+		}
+		from = clientBase + msg.NodeID(n)
+	} else {
+		n, err := strconv.ParseUint(fromS, 10, 32)
+		if err != nil {
+			t.Fatalf("forge: from: %v", err)
+		}
+		from = msg.NodeID(n)
+	}
+	to := msg.NodeID(intArg(t, d, "to", 0))
+	view := uint64(intArg(t, d, "view", 0))
+	epoch := uint64(intArg(t, d, "epoch", 0))
+	var m msg.Message
+	switch kind {
+	case "StartView":
+		m = msg.StartView{View: msg.ViewRecord{Number: view, Leader: msg.NodeID(intArg(t, d, "leader", 0)), Members: idsArg(t, d, "members")}}
+	case "Seal":
+		m = msg.Seal{View: view}
+	case "GC":
+		m = msg.GC{View: view, FromGP: 1, ToGP: 1, IDs: []msg.RecordID{{Client: 9, Seq: 1}}}
+	case "Join":
+		m = msg.Join{}
+	case "Heartbeat":
+		m = msg.Heartbeat{View: view, StableGP: uint64(intArg(t, d, "stable", 0))}
+	case "Store":
+		m = msg.Store{Epoch: epoch, Batch: 1 << 40, Truncate: d.HasArg("truncate-above"), TruncateAbove: uint64(intArg(t, d, "truncate-above", 0))}
+	case "StableGP":
+		m = msg.StableGP{Epoch: epoch, GP: uint64(intArg(t, d, "gp", 0))}
+	case "CoordResp":
+		m = msg.CoordResp{ReqID: uint64(intArg(t, d, "req", 0)), OK: true, Rev: uint64(intArg(t, d, "rev", 0)),
+			View: msg.ViewRecord{Number: view, Leader: msg.NodeID(intArg(t, d, "leader", 0)), Members: idsArg(t, d, "members")}}
+	default:
+		t.Fatalf("forge: unknown kind %q", kind)
+	}
+	h.queue = append(h.queue, msg.Envelope{From: from, To: to, Msg: m})
+	fmt.Fprintf(&h.out, "%d queued\n", len(h.queue))
 }
 
 func intArg(t *testing.T, d *datadriven.TestData, key string, def int) int {

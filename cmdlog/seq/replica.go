@@ -88,6 +88,12 @@ type Replica struct {
 
 	ready      Ready
 	violations []string
+	// held is the record bytes in log and ordered as of tick heldAt.
+	held        int64
+	heldAt      int64
+	busyRejects uint64
+	// refused counts messages from senders not allowed to send them.
+	refused uint64
 
 	// Counters for metrics.
 	batchesOrdered, recordsOrdered uint64
@@ -148,6 +154,7 @@ func Recover(cfg Config, wal []PersistOp) *Replica {
 			r.sealed = true
 		}
 	}
+	r.held = r.cfg.MaxHeldBytes // sum the recovered log at the next append
 	if r.role == RoleLeader {
 		// Resume as a follower-like sealed member: in-flight batches were
 		// lost; a view change will rebuild a consistent leader.
@@ -307,6 +314,10 @@ func (r *Replica) Tick() {
 
 // Step processes one incoming message.
 func (r *Replica) Step(env msg.Envelope) {
+	if !r.allowed(env) {
+		r.refused++
+		return
+	}
 	switch m := env.Msg.(type) {
 	case msg.Append:
 		r.onAppend(env.From, m)
@@ -355,6 +366,11 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectSealed, IDs: ids})
 		return
 	}
+	if r.busy(m.Records) {
+		r.busyRejects++
+		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectBusy, IDs: ids})
+		return
+	}
 	r.noteClient(from)
 	var added []msg.Record
 	if r.assigned == len(r.log) {
@@ -377,6 +393,54 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 	}
 	// The leader orders in Ready, with everything else that arrived.
 }
+
+// recordCost is what a held record counts against MaxHeldBytes.
+func recordCost(rec msg.Record) int64 { return int64(len(rec.Data)) + 32 }
+
+// busy reports whether recs would take the replica past MaxHeldBytes.
+// The held bytes are summed at most once a tick and counted up between.
+func (r *Replica) busy(recs []msg.Record) bool {
+	var add int64
+	for _, rec := range recs {
+		if !r.dedup.Has(rec.ID) { // a resend of a stored record costs nothing
+			add += recordCost(rec)
+		}
+	}
+	if add == 0 {
+		return false
+	}
+	if r.held+add <= r.cfg.MaxHeldBytes {
+		r.held += add
+		return false
+	}
+	if r.heldAt != r.now {
+		r.heldAt, r.held = r.now, 0
+		for _, rec := range r.log {
+			r.held += recordCost(rec)
+		}
+		for _, e := range r.ordered {
+			r.held += recordCost(e.Record)
+		}
+	}
+	if r.held == 0 || r.held+add <= r.cfg.MaxHeldBytes {
+		r.held += add
+		return false
+	}
+	if gc := r.pendingGC; gc != nil {
+		// The leader ordered records this follower is missing: take them,
+		// or the follower never catches up and stable-gp stops.
+		for _, rec := range recs {
+			if slices.Contains(gc.IDs, rec.ID) {
+				r.held += add
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// BusyRejects returns how many appends the replica refused as busy.
+func (r *Replica) BusyRejects() uint64 { return r.busyRejects }
 
 // clientMemoryTicks is how long a replica remembers a client that appended.
 const clientMemoryTicks = 2000

@@ -248,7 +248,9 @@ func (r *Replica) maybeActivate() {
 		Members: f.newMembers,
 		Leader:  r.cfg.ID,
 		StartGP: f.tail,
-		Dedup:   r.dedup.Marks(),
+		// The marks of the most recent clients that fit the record (the
+		// others' leases expire here).
+		Dedup: r.dedup.Bounded(r.cfg.DedupClients, dedup.MaxExportBytes),
 	}
 	r.coordRequest(coordActivate, msg.CoordCAS{ExpectRev: f.claimRev, View: f.target})
 }
@@ -282,6 +284,12 @@ func (r *Replica) resendCoord() {
 
 func (r *Replica) onCoordResp(m msg.CoordResp) {
 	if m.ReqID != r.coordReq || r.coordReq == 0 {
+		return
+	}
+	if err := r.checkView(m.View); err != nil {
+		// Refused as if lost: the request is retried, and the replica
+		// never acts on a record it cannot trust.
+		r.refused++
 		return
 	}
 	purpose := r.coordPurpose

@@ -9,6 +9,7 @@ package shard
 import (
 	"bytes"
 	"fmt"
+	"slices"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
@@ -22,6 +23,10 @@ type Config struct {
 	// MaxParkedReads caps reads waiting for stable-gp; beyond it the oldest
 	// is answered with what is stable (possibly nothing: the client retries).
 	MaxParkedReads int
+	// Replicas are the cluster's sequencing replicas, the only writers: a
+	// Store or StableGP from any other id is refused. Empty means every id
+	// below the lowest shard (replicas 1, 2, ..., shards from 101).
+	Replicas []msg.NodeID
 }
 
 // maxReadBytes caps the record bytes of one read response, well inside the
@@ -50,6 +55,8 @@ type Shard struct {
 	applied     map[[2]uint64]struct{}
 	appliedRing [][2]uint64
 	appliedNext int
+	// refused counts messages from senders not allowed to send them.
+	refused uint64
 }
 
 // appliedMemory is how many recent Stores a shard remembers.
@@ -143,6 +150,10 @@ func (s *Shard) Step(env msg.Envelope) {
 	if s.err != nil {
 		return
 	}
+	if !s.allowed(env) {
+		s.refused++
+		return
+	}
 	switch m := env.Msg.(type) {
 	case msg.Store:
 		s.onStore(env.From, m)
@@ -154,6 +165,35 @@ func (s *Shard) Step(env msg.Envelope) {
 		s.onTrim(env.From, m)
 	}
 }
+
+// isReplica reports whether id is a configured sequencing replica.
+func (s *Shard) isReplica(id msg.NodeID) bool {
+	if len(s.cfg.Replicas) > 0 {
+		return slices.Contains(s.cfg.Replicas, id)
+	}
+	return id >= 1 && id < slices.Min(s.cfg.Layout.Shards)
+}
+
+// allowed reports whether env may come from env.From (DESIGN.md §10; the
+// mesh proves env.From). Writes (Store, StableGP) come only from the
+// sequencing replicas: the shard does not know the view, and the epoch
+// fences a replica of an older one. Reads come from anyone; trims from
+// clients and replicas, never from a shard or the coordinator's address.
+func (s *Shard) allowed(env msg.Envelope) bool {
+	switch env.Msg.(type) {
+	case msg.Store, msg.StableGP:
+		return s.isReplica(env.From)
+	case msg.Read:
+		return env.From != msg.Coordinator
+	case msg.Trim:
+		return env.From != msg.Coordinator && !slices.Contains(s.cfg.Layout.Shards, env.From)
+	}
+	return false
+}
+
+// Refused returns how many messages the shard refused so far, from a
+// sender not allowed to send them.
+func (s *Shard) Refused() uint64 { return s.refused }
 
 func (s *Shard) owns(pos uint64) bool {
 	return pos >= 1 && s.cfg.Layout.ShardIndex(pos) == s.index

@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"golang.org/x/mod/sumdb/note"
 	"io"
 	"log/slog"
 	"os"
@@ -49,6 +50,9 @@ type Options struct {
 	// Recording is where to write the recording (default: match.bsr in
 	// Dir).
 	Recording string
+	// Signer, if set, signs the recording's log checkpoints (see
+	// bsr.RecordConfig.Signer).
+	Signer note.Signer
 	// Durability is the embedded log's (see cmdlog/embedded).
 	Durability seq.Durability
 	NoFaults   bool
@@ -330,7 +334,7 @@ func (m *match) startGame(ctx context.Context, addr string) error {
 	}
 	running.Store(w)
 	m.world, m.worldStopped = w, false
-	m.rec = world.StartRecording(ctx, m.o.Recording, m.game, world.DefaultID, m.log.World(), bsr.RecordConfig{Logger: errLog})
+	m.rec = world.StartRecording(ctx, m.o.Recording, m.game, world.DefaultID, m.log.World(), bsr.RecordConfig{Logger: errLog, Signer: m.o.Signer})
 	serveCtx, stopServe := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopServe, m.served = stopServe, make(chan error, 1)
 	go func() { m.served <- srv.Serve(serveCtx) }()

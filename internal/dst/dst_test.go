@@ -65,13 +65,14 @@ func TestSimulate(t *testing.T) {
 		total.Dropped += res.Dropped
 		total.Duplicated += res.Duplicated
 		total.Reads += res.Reads
+		total.Busy += res.Busy
 	}
 	mode := ""
 	if *flagFsync {
 		mode = " (fsync durability)"
 	}
-	line := "dst%s: %d seeds, %d violations (%d seeds with faults; %d appends, %d acked, %d reads, %d view changes, %d crashes, %d recoveries from compacted WALs, %d partitions, %d drops, %d duplicates)\n"
-	args := []any{mode, n, len(failed), faulty, total.Appends, total.Acked, total.Reads, total.ViewChanges, total.Crashes, total.CompactedRecoveries, total.Partitions, total.Dropped, total.Duplicated}
+	line := "dst%s: %d seeds, %d violations (%d seeds with faults; %d appends, %d acked, %d reads, %d view changes, %d crashes, %d recoveries from compacted WALs, %d partitions, %d drops, %d duplicates, %d busy rejects)\n"
+	args := []any{mode, n, len(failed), faulty, total.Appends, total.Acked, total.Reads, total.ViewChanges, total.Crashes, total.CompactedRecoveries, total.Partitions, total.Dropped, total.Duplicated, total.Busy}
 	t.Logf(line, args...)
 	printf(line, args...)
 	if faulty < n*9/10 {

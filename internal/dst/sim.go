@@ -75,6 +75,8 @@ type Result struct {
 	Sent        int
 	Dropped     int
 	Duplicated  int
+	// Busy counts appends a replica refused busy (MaxHeldBytes).
+	Busy int
 	// CompactedRecoveries counts replicas recovered from a compacted WAL.
 	CompactedRecoveries int
 	Violations          []string
@@ -269,7 +271,9 @@ func (s *sim) replicaConfig(id msg.NodeID) seq.Config {
 		// Checkpoints (and so WAL compaction) come often, sometimes
 		// never.
 		CheckpointRecords: []int{-1, 1, 8, 40, 200}[s.rng.IntN(5)],
-		Bugs:              s.opts.Bugs,
+		// Half the replicas hold little before they refuse appends busy.
+		MaxHeldBytes: []int64{0, 0, 200, 1000}[s.rng.IntN(4)],
+		Bugs:         s.opts.Bugs,
 	}
 }
 
@@ -622,6 +626,9 @@ func (s *sim) stepNode(env msg.Envelope) {
 	case env.To == msg.Coordinator:
 		s.coordinator(env)
 	case env.To >= clientBase:
+		if m, ok := env.Msg.(msg.AppendReject); ok && m.Reason == msg.RejectBusy {
+			s.res.Busy++
+		}
 		c := s.clients[env.To-clientBase]
 		c.core.Step(env)
 		if !s.deferReady(env.To) {

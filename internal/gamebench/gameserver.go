@@ -31,6 +31,27 @@ type gameServer struct {
 	world     *world.World
 	served    chan error
 	stopServe context.CancelFunc
+	// reg holds the server's and the world's metrics.
+	reg *prometheus.Registry
+}
+
+// counter returns the value of the registry's counter name (0 if absent).
+func (g *gameServer) counter(name string) float64 {
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		total := 0.0
+		for _, m := range mf.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+		return total
+	}
+	return 0
 }
 
 // gameServerConfig configures a gameServer.
@@ -82,6 +103,7 @@ func startGameServer(ctx context.Context, cfg gameServerConfig) (*gameServer, er
 		}
 	}
 	reg := prometheus.NewRegistry()
+	g.reg = reg
 	var frames *world.Frames
 	if cfg.Players != nil {
 		frames = world.NewFrames(cfg.Game.Shards, cfg.Game.NewFrame)

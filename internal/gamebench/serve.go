@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -66,12 +67,29 @@ type serveResult struct {
 	AppliedP50  int64   `json:"applied_p50_us"`
 	AppliedP99  int64   `json:"applied_p99_us"`
 	TicksPerSec float64 `json:"ticks_per_sec"`
+	// Overruns counts the tick periods the world lost during the run
+	// (broadside_world_tick_overruns_total); UpdatesPerSec is the state
+	// updates each bot applied per second.
+	Overruns      int64   `json:"tick_overruns"`
+	UpdatesPerSec float64 `json:"updates_per_sec_per_client"`
 	// Cores is the process's CPU (server, log, world and the bots: one
 	// process) over the run, in cores; CPUPerCmdUs per command sent.
 	Cores       float64 `json:"cores"`
 	CPUPerCmdUs float64 `json:"cpu_per_command_us"`
-	Err         string  `json:"error,omitempty"`
+	// ServerCores is the process's CPU less the bots' (from the CPU
+	// profile's component labels), in cores; BotCores the bots'.
+	ServerCores float64 `json:"server_cores"`
+	BotCores    float64 `json:"bot_cores"`
+	// PerPlayerTickUs is the server's CPU per player-tick (bots × world
+	// ticks) by component: the pprof label "component" of the goroutines
+	// (log, intake, fan-out, sim, quic; "other" for the runtime's own
+	// goroutines, the garbage collector's among them).
+	PerPlayerTickUs map[string]float64 `json:"cpu_per_player_tick_us"`
+	Err             string             `json:"error,omitempty"`
 }
+
+// serverComponents are the component labels in the order the table shows.
+var serverComponents = []string{"log", "intake", "fan-out", "sim", "quic", "other"}
 
 // RunServe runs a game server and bots in this process for each bot
 // count and contender, side by side in one run (the contenders' order
@@ -171,10 +189,25 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	if err != nil {
 		return res, err
 	}
-	tick0, cpu0, t0 := g.world.Tick(), report.ProcessCPU(), time.Now()
-	rep, err := bots.Run(ctx, bots.Config{Server: g.Addr(), TLS: cr.ca.ClientTLS(), Secret: cr.secret, N: n, Rate: cfg.Rate,
-		Duration: cfg.Duration, Behaviour: bots.Captain, Seed: 1})
+	prof, err := report.StartCPUProfile()
+	if err != nil {
+		g.stop(ctx)
+		return res, err
+	}
+	tick0, cpu0, t0, over0 := g.world.Tick(), report.ProcessCPU(), time.Now(), g.counter("broadside_world_tick_overruns_total")
+	var rep bots.Report
+	// The bots' goroutines (and their QUIC connections) are labelled
+	// component=bots, so the profile tells their CPU from the server's.
+	pprof.Do(ctx, pprof.Labels("component", "bots"), func(ctx context.Context) {
+		rep, err = bots.Run(ctx, bots.Config{Server: g.Addr(), TLS: cr.ca.ClientTLS(), Secret: cr.secret, N: n, Rate: cfg.Rate,
+			Duration: cfg.Duration, Behaviour: bots.Captain, Seed: 1})
+	})
 	elapsed, cpu, ticks := time.Since(t0), report.ProcessCPU()-cpu0, g.world.Tick()-tick0
+	res.Overruns = int64(g.counter("broadside_world_tick_overruns_total") - over0)
+	byComponent, perr := prof.Stop("component")
+	if perr == nil {
+		res.setComponents(byComponent, elapsed, uint64(n)*ticks)
+	}
 	if serr := g.stop(ctx); err == nil && serr != nil {
 		err = fmt.Errorf("stop: %w", serr)
 	}
@@ -185,11 +218,32 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	res.AckP50us, res.AckP99us, res.AckP999us = rep.AckP50us, rep.AckP99us, rep.AckP999us
 	res.AppliedP50, res.AppliedP99 = rep.AppliedP50us, rep.AppliedP99us
 	res.TicksPerSec = float64(ticks) / elapsed.Seconds()
+	res.UpdatesPerSec = rep.UpdatesPerSec
 	res.Cores = float64(cpu) / float64(elapsed)
 	if rep.Sent > 0 {
 		res.CPUPerCmdUs = float64(cpu.Microseconds()) / float64(rep.Sent)
 	}
 	return res, err
+}
+
+// setComponents fills the CPU split from a profile's label sums.
+func (r *serveResult) setComponents(by map[string]time.Duration, elapsed time.Duration, playerTicks uint64) {
+	var server time.Duration
+	r.PerPlayerTickUs = map[string]float64{}
+	for label, d := range by {
+		if label == "bots" {
+			r.BotCores = float64(d) / float64(elapsed)
+			continue
+		}
+		if label == "" {
+			label = "other"
+		}
+		server += d
+		if playerTicks > 0 {
+			r.PerPlayerTickUs[label] += float64(d.Microseconds()) / float64(playerTicks)
+		}
+	}
+	r.ServerCores = float64(server) / float64(elapsed)
 }
 
 func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender, results []serveResult) {
@@ -201,7 +255,7 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 	fmt.Fprintf(out, "showing it applied; cores and cpu/cmd are the whole process's (server, log, world and bots);\n")
 	fmt.Fprintf(out, "ratios against %s with the same bots (higher is slower / costlier)\n", contenders[0].Name)
 	tw := tabwriter.NewWriter(out, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "contender\tbots\tacked\tack p50\tack p99\tack p99.9\tapplied p50\tapplied p99\tticks/s\tcores\tcpu/cmd µs\tp50 x\tp99 x\tapplied p99 x\tcpu x\t\n")
+	fmt.Fprintf(tw, "contender\tbots\tacked\tack p50\tack p99\tack p99.9\tapplied p50\tapplied p99\tticks/s\toverruns\tupdates/s\tcores\tcpu/cmd µs\tp50 x\tp99 x\tapplied p99 x\tcpu x\t\n")
 	ref := map[int]serveResult{}
 	for _, r := range results {
 		if r.Contender == contenders[0].Name {
@@ -222,14 +276,37 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 					continue
 				}
 				if r.Err != "" {
-					fmt.Fprintf(tw, "%s\t%d\tfailed: %s\t\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Contender, r.Bots, r.Err)
+					fmt.Fprintf(tw, "%s\t%d\tfailed: %s\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Contender, r.Bots, r.Err)
 					continue
 				}
 				b := ref[n]
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t\n", r.Contender, r.Bots, r.Acked,
-					ms(r.AckP50us), ms(r.AckP99us), ms(r.AckP999us), ms(r.AppliedP50), ms(r.AppliedP99), r.TicksPerSec, r.Cores, r.CPUPerCmdUs,
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%d\t%.1f\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t\n", r.Contender, r.Bots, r.Acked,
+					ms(r.AckP50us), ms(r.AckP99us), ms(r.AckP999us), ms(r.AppliedP50), ms(r.AppliedP99), r.TicksPerSec, r.Overruns, r.UpdatesPerSec, r.Cores, r.CPUPerCmdUs,
 					ratio(float64(r.AckP50us), float64(b.AckP50us)), ratio(float64(r.AckP99us), float64(b.AckP99us)),
 					ratio(float64(r.AppliedP99), float64(b.AppliedP99)), ratio(r.CPUPerCmdUs, b.CPUPerCmdUs))
+			}
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\nServer CPU (the process less the bots, from the CPU profile's goroutine labels), and per\n")
+	fmt.Fprintf(out, "player-tick (bots × world ticks) by component, µs: log = the embedded command log; intake =\n")
+	fmt.Fprintf(out, "sessions, reading and checking commands; fan-out = state updates and acknowledgements; sim = the\n")
+	fmt.Fprintf(out, "world's Runners, snapshots and Ticker; quic = the players' QUIC connections; other = the runtime (GC)\n")
+	tw = tabwriter.NewWriter(out, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "contender\tbots\tserver cores\tbot cores\t%s\ttotal\t\n", strings.Join(serverComponents, "\t"))
+	for _, n := range cfg.Bots {
+		for _, c := range contenders {
+			for _, r := range results {
+				if r.Bots != n || r.Contender != c.Name || r.Err != "" || r.PerPlayerTickUs == nil {
+					continue
+				}
+				var cells []string
+				total := 0.0
+				for _, k := range serverComponents {
+					cells = append(cells, fmt.Sprintf("%.1f", r.PerPlayerTickUs[k]))
+					total += r.PerPlayerTickUs[k]
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%s\t%.1f\t\n", r.Contender, r.Bots, r.ServerCores, r.BotCores, strings.Join(cells, "\t"), total)
 			}
 		}
 	}

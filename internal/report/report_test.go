@@ -2,10 +2,13 @@ package report
 
 import (
 	"bytes"
+	"context"
 	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +96,40 @@ func TestFormats(t *testing.T) {
 	}
 	if got := PlayTime(30*75+15, 30); got != "1:15.5" {
 		t.Errorf("PlayTime = %q", got)
+	}
+}
+
+// TestCPUByLabel: a profile of two labelled busy goroutines splits their
+// CPU by label; the labelled total cannot exceed the profile's.
+func TestCPUByLabel(t *testing.T) {
+	p, err := StartCPUProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink atomic.Uint64
+	spin := func(n int) { // CPU-bound work in proportion to n
+		x := uint64(1)
+		for range n * 50_000_000 {
+			x = x*31 + 7
+		}
+		sink.Add(x)
+	}
+	done := make(chan struct{})
+	go pprof.Do(context.Background(), pprof.Labels("component", "a"), func(context.Context) { spin(4); done <- struct{}{} })
+	go pprof.Do(context.Background(), pprof.Labels("component", "b"), func(context.Context) { spin(1); done <- struct{}{} })
+	<-done
+	<-done
+	by, err := p.Stop("component")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by["a"] <= 0 || by["b"] <= 0 {
+		t.Fatalf("no samples for a labelled goroutine: %v", by)
+	}
+	if by["a"] < by["b"] {
+		t.Fatalf("a spun 4x longer than b but got less CPU: %v", by)
+	}
+	if _, err := CPUByLabel([]byte("not a profile"), "component"); err == nil {
+		t.Fatal("garbage parsed as a profile")
 	}
 }

@@ -51,6 +51,14 @@ type Config struct {
 	// Reconnect makes the session survive its connection (zero: it does
 	// not).
 	Reconnect Reconnect
+	// StateAckEvery is how many ticks apart AckState tells the server
+	// (default 3; 1: every update it is given). Each acknowledgement is a
+	// packet on its own, the biggest share of a playing client's uplink
+	// and of the server's receive work; the server then bases deltas on a
+	// tick up to this much older, which the client still holds (its
+	// StateTracker keeps 16 ticks, and servers base deltas at most 15
+	// back).
+	StateAckEvery int
 }
 
 // Reconnect configures reconnection. Its zero value disables it.
@@ -154,6 +162,9 @@ type link struct {
 	// connection: a server that restarted may not hold older ticks, or
 	// may hold another world's under the same numbers.
 	firstTick atomic.Uint64
+	// lastAck is the newest tick AckState sent on this link (under the
+	// client's mu).
+	lastAck uint64
 }
 
 // Dial connects, authenticates and waits for the server's Welcome.
@@ -425,6 +436,14 @@ func (c *Client) AckState(tick uint64) error {
 	if first := c.link.firstTick.Load(); first == 0 || tick < first {
 		return nil
 	}
+	every := uint64(c.cfg.StateAckEvery)
+	if every == 0 {
+		every = 3
+	}
+	if l := c.link.lastAck; l != 0 && tick < l+every {
+		return nil
+	}
+	c.link.lastAck = tick
 	c.buf = wire.EncodeSession(c.buf[:0], wire.StateAck{Tick: tick})
 	return c.link.st.WriteFrame(c.buf)
 }

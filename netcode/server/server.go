@@ -31,6 +31,18 @@ type Appender interface {
 	AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error
 }
 
+// AsyncAppender is an Appender that appends without a goroutine waiting
+// (*cmdlog.Client and cmdlog's remote client): the server hands it each
+// accepted command at once and is called back, so the commands in flight
+// are bounded by the players' windows and the log client's rounds (in
+// bytes), not by a number of append workers. done must be called once,
+// quickly (it queues an acknowledgement), unless the call returns an
+// error.
+type AsyncAppender interface {
+	Appender
+	AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error
+}
+
 // Durability is what the log promises when an append returns; the server
 // cannot tell, it is told (the embedded log's and logd's mode). Command
 // acknowledgements say it: wire.AckReplicated or wire.AckDurable.
@@ -257,28 +269,36 @@ func New(cfg Config) (*Server, error) {
 	}
 	admit := newAdmission(cfg.Admission)
 	cfg.Admission = admit.limits
-	ep, err := transport.NewEndpoint(transport.Config{
-		ListenAddr: cfg.ListenAddr, ServerTLS: cfg.TLS, ALPN: []string{wire.ALPN},
-		MaxFrameSize: MaxPlayerFrame, MaxWriteFrameSize: wire.MaxSessionFrameSize, Logger: cfg.Logger,
-		// State goes out as datagrams; nothing comes in as one (the
-		// protocol has no client datagrams, so none are accepted).
-		SendOnlyDatagrams: true,
-		// One stream (the session's), none unidirectional, and windows
-		// sized for commands (MaxInflight frames of at most
-		// MaxPlayerFrame), not for bulk transfer: what a connection can
-		// make the server buffer, before Hello and after, is bounded.
-		MaxIncomingStreams: 1, MaxIncomingUniStreams: -1,
-		InitialStreamWindow: 16 << 10, MaxStreamWindow: 64 << 10,
-		InitialConnectionWindow: 24 << 10, MaxConnectionWindow: 96 << 10,
-		HandshakeTimeout:    cfg.HandshakeTimeout,
-		ConnContext:         admit.connContext,
-		VerifySourceAddress: admit.verifySource,
+	var ep *transport.Endpoint
+	var err error
+	// The QUIC endpoint's goroutines (its connections' loops: packing,
+	// encryption, UDP I/O) carry the label quic.
+	labelled(ComponentQUIC, func() {
+		ep, err = transport.NewEndpoint(transport.Config{
+			ListenAddr: cfg.ListenAddr, ServerTLS: cfg.TLS, ALPN: []string{wire.ALPN},
+			MaxFrameSize: MaxPlayerFrame, MaxWriteFrameSize: wire.MaxSessionFrameSize, Logger: cfg.Logger,
+			// State goes out as datagrams; nothing comes in as one (the
+			// protocol has no client datagrams, so none are accepted).
+			SendOnlyDatagrams: true,
+			// One stream (the session's), none unidirectional, and
+			// windows sized for commands (MaxInflight frames of at most
+			// MaxPlayerFrame), not for bulk transfer: what a connection
+			// can make the server buffer, before Hello and after, is
+			// bounded.
+			MaxIncomingStreams: 1, MaxIncomingUniStreams: -1,
+			InitialStreamWindow: 16 << 10, MaxStreamWindow: 64 << 10,
+			InitialConnectionWindow: 24 << 10, MaxConnectionWindow: 96 << 10,
+			HandshakeTimeout:    cfg.HandshakeTimeout,
+			ConnContext:         admit.connContext,
+			VerifySourceAddress: admit.verifySource,
+		})
+		if err == nil {
+			if err = ep.Listen(); err != nil {
+				ep.Close()
+			}
+		}
 	})
 	if err != nil {
-		return nil, err
-	}
-	if err := ep.Listen(); err != nil {
-		ep.Close()
 		return nil, err
 	}
 	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger, players: map[uint32]*session{},
@@ -310,9 +330,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	// for its queued commands before it returns.
 	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup
-	for range s.cfg.MaxAppending {
+	_, async := s.cfg.Log.(AsyncAppender)
+	for i := 0; i < s.cfg.MaxAppending && !async; i++ {
 		workers.Add(1)
-		go func() { defer workers.Done(); s.appendWorker(wctx) }()
+		go func() { defer workers.Done(); labelled(ComponentIntake, func() { s.appendWorker(wctx) }) }()
 	}
 	defer func() {
 		s.wg.Wait()
@@ -331,7 +352,8 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			err := s.serveConn(ctx, conn)
+			var err error
+			labelled(ComponentIntake, func() { err = s.serveConn(ctx, conn) })
 			code := CodeOf(err)
 			if err == nil || errors.Is(err, context.Canceled) {
 				code = transport.CodeNormal
@@ -475,7 +497,7 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	}()
 	wctx, stopWriter := context.WithCancel(ctx)
 	defer stopWriter()
-	go sess.writeState(wctx)
+	go labelled(ComponentFanOut, func() { sess.writeState(wctx) })
 	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Welcome{PlayerID: claims.PlayerID, Player: claims.Player,
 		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate), World: s.cfg.World})); err != nil {
 		return err
@@ -499,8 +521,12 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Wait for this session's commands still queued or being appended
-	// (the workers see cctx end and give them up quickly).
-	defer sess.pending.Wait()
+	// (the workers see cctx end and give them up quickly). An
+	// AsyncAppender's appends go on in the log client (which retries them
+	// until stored) and settle by themselves; the session need not wait.
+	if _, async := s.cfg.Log.(AsyncAppender); !async {
+		defer sess.pending.Wait()
+	}
 	buf := make([]byte, 0, MaxPlayerFrame)
 	for {
 		frame, err := sess.st.ReadFrame(buf[:0])
@@ -551,7 +577,24 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 			return cctx.Err()
 		}
 		sess.pending.Add(1)
-		s.queue.push(appendJob{ctx: cctx, sess: sess, seq: v.Command.Seq, env: v.Append, received: received})
+		s.submit(appendJob{ctx: cctx, sess: sess, seq: v.Command.Seq, env: v.Append, received: received})
+	}
+}
+
+// submit hands an accepted command to the log: at once to an
+// AsyncAppender, else to the append workers' queue.
+func (s *Server) submit(j appendJob) {
+	a, ok := s.cfg.Log.(AsyncAppender)
+	if !ok {
+		s.queue.push(j)
+		return
+	}
+	// A resent command (after a reconnection, or to a restarted server)
+	// has the id it had the first time: the log stores it once and
+	// returns as for the first append.
+	if err := a.AppendWithIDAsync(j.ctx, CommandID(j.sess.claims.PlayerID, j.sess.id, j.seq), j.env,
+		func(err error) { s.appended(j, err) }); err != nil {
+		s.appended(j, err)
 	}
 }
 
@@ -637,17 +680,23 @@ func (s *Server) appendWorker(ctx context.Context) {
 			// it once and returns as for the first append.
 			err = s.cfg.Log.AppendWithID(j.ctx, CommandID(j.sess.claims.PlayerID, j.sess.id, j.seq), j.env)
 		}
-		s.inflight.Add(-1)
-		if err != nil {
-			s.metrics.commands.WithLabelValues("failed").Inc()
-			<-j.sess.slots
-		} else {
-			s.metrics.commands.WithLabelValues(s.cfg.Durability.String()).Inc()
-			s.metrics.ackDelay.Observe(s.cfg.Now().Sub(j.received).Seconds())
-			j.sess.queueResult(wire.CommandResult{Seq: j.seq, Status: s.cfg.Durability.AckStatus()})
-		}
-		j.sess.pending.Done()
+		s.appended(j, err)
 	}
+}
+
+// appended settles a command the log stored (err nil: acknowledge it) or
+// failed to.
+func (s *Server) appended(j appendJob, err error) {
+	s.inflight.Add(-1)
+	if err != nil {
+		s.metrics.commands.WithLabelValues("failed").Inc()
+		<-j.sess.slots
+	} else {
+		s.metrics.commands.WithLabelValues(s.cfg.Durability.String()).Inc()
+		s.metrics.ackDelay.Observe(s.cfg.Now().Sub(j.received).Seconds())
+		j.sess.queueResult(wire.CommandResult{Seq: j.seq, Status: s.cfg.Durability.AckStatus()})
+	}
+	j.sess.pending.Done()
 }
 
 // queueResult hands an acknowledgement to the session's writer, which
@@ -719,6 +768,10 @@ func (s *Server) Publish(tick uint64) {
 	if s.cfg.State == nil {
 		return
 	}
+	labelled(ComponentFanOut, func() { s.publish(tick) })
+}
+
+func (s *Server) publish(tick uint64) {
 	type target struct {
 		sess    *session
 		applied uint64

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"math/big"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -222,6 +223,12 @@ func (ca *DevCA) Pool() *x509.CertPool {
 // localhost, 127.0.0.1 and ::1 plus the extra names (DNS names or IP
 // literals), usable both as a server and as a client certificate.
 func (ca *DevCA) Issue(names ...string) (tls.Certificate, error) {
+	return ca.IssueWithURIs(nil, names...)
+}
+
+// IssueWithURIs is Issue with URI subject alternative names as well (a
+// cmdlog node's identity, broadside:node:<id>).
+func (ca *DevCA) IssueWithURIs(uris []*url.URL, names ...string) (tls.Certificate, error) {
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("transport: dev CA: generate leaf key: %w", err)
@@ -254,6 +261,7 @@ func (ca *DevCA) Issue(names ...string) (tls.Certificate, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     dnsNames,
+		URIs:         uris,
 	}
 	for _, ip := range ips {
 		tmpl.IPAddresses = append(tmpl.IPAddresses, ip.AsSlice())

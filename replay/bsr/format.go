@@ -86,6 +86,17 @@ const (
 	MaxChunkTicks = 1 << 16
 	// MaxIndexEntries bounds the chunks one index may list.
 	MaxIndexEntries = 1 << 24
+	// MaxCachedRaw bounds the uncompressed payload of the chunks a Reader
+	// decodes into memory and caches (ticks, commands) and of the small
+	// kinds (meta, tree, checkpoint): a few KB of zstd cannot declare
+	// more. Snapshots, lineage and the index keep MaxChunkRaw.
+	MaxCachedRaw = 32 << 20
+	// MaxChunkDecoded bounds the memory one decoded chunk may take (its
+	// payload and the structures decoded from it, estimated): a commands
+	// chunk of many empty entries is refused before they are allocated.
+	MaxChunkDecoded = 64 << 20
+	// CacheBytes bounds the decoded chunks a Reader keeps in its cache.
+	CacheBytes = 192 << 20
 )
 
 const (
@@ -229,12 +240,22 @@ const (
 	KindMeta ChunkKind = 5
 	// KindIndex is the seek index: every other chunk's header and offset.
 	KindIndex ChunkKind = 6
+	// KindTree opens a signed recording: the Merkle tree of the log
+	// entries before the recording's first one (Aux2 of them; First is the
+	// base tick, Aux1 its marker's position) as the hashes of its
+	// complete subtrees, and consistency proofs from earlier segments'
+	// checkpoints (see TreeBase).
+	KindTree ChunkKind = 7
+	// KindCheckpoint holds a signed checkpoint (a golang.org/x/mod/sumdb/note
+	// signed note) of the log's Merkle tree after tick First (= Last):
+	// Aux1 is the tick marker's position, Aux2 the tree size.
+	KindCheckpoint ChunkKind = 8
 )
 
 // FlagFull marks a full snapshot.
 const FlagFull = 1
 
-func (k ChunkKind) valid() bool { return k >= KindTicks && k <= KindIndex }
+func (k ChunkKind) valid() bool { return k >= KindTicks && k <= KindCheckpoint }
 
 // String names k.
 func (k ChunkKind) String() string {
@@ -251,6 +272,10 @@ func (k ChunkKind) String() string {
 		return "meta"
 	case KindIndex:
 		return "index"
+	case KindTree:
+		return "tree"
+	case KindCheckpoint:
+		return "checkpoint"
 	}
 	return fmt.Sprintf("kind %d", uint8(k))
 }
@@ -282,6 +307,8 @@ func (c *chunkRef) describe() string {
 		return fmt.Sprintf("lineage of shard %d ticks %d..%d (offset %d)", c.Shard, c.First, c.Last, c.Off)
 	case KindMeta, KindIndex:
 		return fmt.Sprintf("%s chunk (offset %d)", c.Kind, c.Off)
+	case KindTree, KindCheckpoint:
+		return fmt.Sprintf("%s chunk of tick %d, tree size %d (offset %d)", c.Kind, c.First, c.Aux2, c.Off)
 	}
 	return fmt.Sprintf("%s chunk of ticks %d..%d (offset %d)", c.Kind, c.First, c.Last, c.Off)
 }
@@ -337,6 +364,12 @@ func (c *chunkRef) check(shards uint32) error {
 	if c.Raw > MaxChunkRaw || c.Stored > maxChunkStored || c.Stored == 0 {
 		return fail("%d raw, %d stored bytes", c.Raw, c.Stored)
 	}
+	switch c.Kind {
+	case KindTicks, KindCommands, KindMeta, KindTree, KindCheckpoint:
+		if c.Raw > MaxCachedRaw {
+			return fail("%s of %d raw bytes exceeds the budget of %d", c.Kind, c.Raw, MaxCachedRaw)
+		}
+	}
 	if c.Off < 0 {
 		return fail("negative offset")
 	}
@@ -352,6 +385,10 @@ func (c *chunkRef) check(shards uint32) error {
 	case KindLineage:
 		if c.Last < c.First || c.Shard >= shards || c.Flags != 0 {
 			return fail("lineage of shard %d ticks %d..%d", c.Shard, c.First, c.Last)
+		}
+	case KindTree, KindCheckpoint:
+		if c.Last != c.First || c.Flags != 0 || c.Shard != 0 || c.Aux2 > 1<<62 {
+			return fail("%s of tick %d, tree size %d", c.Kind, c.First, c.Aux2)
 		}
 	default:
 		if c.Flags != 0 || c.Shard != 0 {

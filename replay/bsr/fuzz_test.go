@@ -15,7 +15,7 @@ import (
 // seeds.
 func fuzzRecording(t testing.TB, shards uint32, ticks uint64, policy SnapshotPolicy) []byte {
 	l := makeTestLog(t, shards, ticks, 99)
-	path, _ := recordTestLog(t, l, RecordConfig{Snapshots: policy})
+	path, _ := recordTestLog(t, l, RecordConfig{Snapshots: policy, Signer: testSigner(t)})
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +45,7 @@ func exercise(t *testing.T, r *Reader) {
 		}
 	}
 	_, _ = r.ScanTo(r.LastTick())
+	_, _ = VerifySigned(r, testVerifier(t))
 	shards := r.Header().Shards
 	if shards > 8 || r.LastTick()-r.BaseTick() > 5000 {
 		return // the test sim's work grows with these; the decoders are covered above
@@ -130,6 +131,17 @@ func FuzzDecodePayloads(f *testing.F) {
 			_, _, _ = decodeMeta(raw, &c)
 		case KindIndex:
 			_, _ = decodeIndex(raw, uint32(shards), 16, int64(aux2))
+		case KindTree:
+			if tb, err := decodeTreeBase(raw, &c); err == nil {
+				if _, err := newLogTree(tb.Size, tb.Frontier); err != nil {
+					t.Fatalf("decoded tree base of %d leaves: %v", tb.Size, err)
+				}
+			}
+		case KindCheckpoint:
+			if cp, err := openCheckpoint(raw, &c, nil); err == nil && (cp.Tick != first || uint64(cp.Size) != aux2) {
+				t.Fatalf("checkpoint %+v, chunk says tick %d size %d", cp, first, aux2)
+			}
+			_, _ = openCheckpoint(raw, &c, testVerifier(t))
 		}
 	})
 }

@@ -3,6 +3,7 @@ package bsr
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
@@ -111,6 +112,12 @@ func appendEntries(b []byte, prevPos uint64, entries []msg.Entry) []byte {
 
 // decodeEntries decodes the payload of commands chunk c. The entries'
 // data alias raw.
+// entriesDecodedSize estimates the memory of n decoded entries of a
+// payload of raw bytes (their data aliases the payload).
+func entriesDecodedSize(n, raw int) int {
+	return n*int(unsafe.Sizeof(msg.Entry{})) + raw
+}
+
 func decodeEntries(raw []byte, c *chunkRef) ([]msg.Entry, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: "+format, append([]any{ErrCorrupt, c.describe()}, args...)...)
@@ -123,6 +130,9 @@ func decodeEntries(raw []byte, c *chunkRef) ([]msg.Entry, error) {
 	// Every entry takes at least 4 bytes: bound the count by the input.
 	if n == 0 || n > uint64(len(raw))/4 {
 		return nil, fail("%d entries in %d bytes", n, len(raw))
+	}
+	if dec := entriesDecodedSize(int(n), len(raw)); dec > MaxChunkDecoded {
+		return nil, fail("%d entries would take %d bytes decoded, over the budget of %d", n, dec, MaxChunkDecoded)
 	}
 	entries := make([]msg.Entry, n)
 	pos := c.Aux1

@@ -26,6 +26,8 @@ var (
 	decoderOnce sync.Once
 	decoder     *zstd.Decoder
 	decoderErr  error
+	// smallDecoder decodes the kinds bounded by MaxCachedRaw.
+	smallDecoder *zstd.Decoder
 )
 
 // sharedDecoder returns the package's zstd decoder (DecodeAll is safe for
@@ -34,6 +36,10 @@ func sharedDecoder() (*zstd.Decoder, error) {
 	decoderOnce.Do(func() {
 		decoder, decoderErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
 			zstd.WithDecoderMaxMemory(MaxChunkRaw), zstd.WithDecoderMaxWindow(1<<26))
+		if decoderErr == nil {
+			smallDecoder, decoderErr = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
+				zstd.WithDecoderMaxMemory(MaxCachedRaw), zstd.WithDecoderMaxWindow(MaxCachedRaw))
+		}
 	})
 	return decoder, decoderErr
 }
@@ -58,17 +64,21 @@ type Reader struct {
 	basePos uint64 // position of its marker (0 for the start of the world)
 	last    uint64 // last tick with commands and hashes
 
-	cacheMu sync.Mutex
-	cache   map[int64]*list.Element
-	lru     *list.List
+	cacheMu     sync.Mutex
+	cache       map[int64]*list.Element
+	lru         *list.List
+	cacheBytes  int // decoded bytes held by the cache
+	cacheBudget int // bound on cacheBytes (CacheBytes; tests lower it)
 }
 
 // cached is a decoded chunk in the reader's cache.
 type cached struct {
-	off   int64
-	once  sync.Once
-	value any
-	err   error
+	off     int64
+	once    sync.Once
+	value   any
+	err     error
+	size    int  // decoded bytes, counted in Reader.cacheBytes once known
+	evicted bool // removed from the cache (under cacheMu)
 }
 
 const cacheChunks = 96
@@ -98,7 +108,7 @@ func newReader(f *os.File, path string, ignoreIndex bool) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{f: f, path: path, size: st.Size(), cache: map[int64]*list.Element{}, lru: list.New()}
+	r := &Reader{f: f, path: path, size: st.Size(), cache: map[int64]*list.Element{}, lru: list.New(), cacheBudget: CacheBytes}
 	var fixed [fileFixedLen]byte
 	if n, err := f.ReadAt(fixed[:], 0); n < 8 || (err != nil && !errors.Is(err, io.EOF)) {
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -403,6 +413,15 @@ func (r *Reader) readRawInto(c *chunkRef, dst []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Raw <= MaxCachedRaw && c.Kind != KindSnapshot && c.Kind != KindLineage && c.Kind != KindIndex {
+		dec = smallDecoder
+	}
+	// A frame that declares another size than the recorded one is
+	// refused before it is decoded.
+	var zh zstd.Header
+	if err := zh.Decode(b[chunkHeaderLen:n]); err == nil && zh.HasFCS && zh.FrameContentSize != uint64(c.Raw) {
+		return nil, fmt.Errorf("%w: %s: zstd frame of %d bytes, %d recorded", ErrCorrupt, c.describe(), zh.FrameContentSize, c.Raw)
+	}
 	raw, err := dec.DecodeAll(b[chunkHeaderLen:n], dst[:0])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: decompress: %v", ErrCorrupt, c.describe(), err)
@@ -415,7 +434,9 @@ func (r *Reader) readRawInto(c *chunkRef, dst []byte) ([]byte, error) {
 
 // cachedDecode returns chunk c decoded by fn, through the reader's LRU
 // cache (concurrent callers of one chunk share one decode).
-func (r *Reader) cachedDecode(c *chunkRef, fn func(raw []byte) (any, error)) (any, error) {
+// The cache holds at most cacheChunks chunks and cacheBudget decoded
+// bytes (the chunk in use may exceed it alone).
+func (r *Reader) cachedDecode(c *chunkRef, fn func(raw []byte) (any, int, error)) (any, error) {
 	r.cacheMu.Lock()
 	el, ok := r.cache[c.Off]
 	if ok {
@@ -423,11 +444,7 @@ func (r *Reader) cachedDecode(c *chunkRef, fn func(raw []byte) (any, error)) (an
 	} else {
 		el = r.lru.PushFront(&cached{off: c.Off})
 		r.cache[c.Off] = el
-		for r.lru.Len() > cacheChunks {
-			old := r.lru.Back()
-			r.lru.Remove(old)
-			delete(r.cache, old.Value.(*cached).off)
-		}
+		r.evictLocked()
 	}
 	ent := el.Value.(*cached)
 	r.cacheMu.Unlock()
@@ -437,13 +454,40 @@ func (r *Reader) cachedDecode(c *chunkRef, fn func(raw []byte) (any, error)) (an
 			ent.err = err
 			return
 		}
-		ent.value, ent.err = fn(raw)
+		var size int
+		ent.value, size, ent.err = fn(raw)
+		r.cacheMu.Lock()
+		if !ent.evicted {
+			ent.size = size
+			r.cacheBytes += size
+			r.evictLocked()
+		}
+		r.cacheMu.Unlock()
 	})
 	return ent.value, ent.err
 }
 
+// evictLocked drops the least recently used chunks beyond the cache's
+// bounds (never the most recent one).
+func (r *Reader) evictLocked() {
+	for r.lru.Len() > 1 && (r.lru.Len() > cacheChunks || r.cacheBytes > r.cacheBudget) {
+		old := r.lru.Back()
+		r.lru.Remove(old)
+		ent := old.Value.(*cached)
+		delete(r.cache, ent.off)
+		ent.evicted = true
+		r.cacheBytes -= ent.size
+	}
+}
+
 func (r *Reader) ticksChunk(c *chunkRef) (*ticksChunk, error) {
-	v, err := r.cachedDecode(c, func(raw []byte) (any, error) { return decodeTicks(raw, c, int(r.h.Shards)) })
+	v, err := r.cachedDecode(c, func(raw []byte) (any, int, error) {
+		t, err := decodeTicks(raw, c, int(r.h.Shards))
+		if err != nil {
+			return nil, 0, err
+		}
+		return t, len(t.pos)*9 + len(t.hashes)*8, nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -451,7 +495,10 @@ func (r *Reader) ticksChunk(c *chunkRef) (*ticksChunk, error) {
 }
 
 func (r *Reader) commandsChunk(c *chunkRef) ([]msg.Entry, error) {
-	v, err := r.cachedDecode(c, func(raw []byte) (any, error) { return decodeEntries(raw, c) })
+	v, err := r.cachedDecode(c, func(raw []byte) (any, int, error) {
+		es, err := decodeEntries(raw, c)
+		return es, entriesDecodedSize(len(es), len(raw)), err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/table"
 	flatbuffers "github.com/google/flatbuffers/go"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // DefaultSeekTarget is the seek time the Recorder's default snapshot policy
@@ -92,6 +94,18 @@ type RecordConfig struct {
 	FlushTicks uint64
 	// Logger receives the runners' warnings (nil: slog.Default()).
 	Logger *slog.Logger
+	// Signer, if set, makes a signed recording: Record keeps the Merkle
+	// tree of the log entries it reads and writes a checkpoint signed by
+	// Signer after every commands chunk (FlushTicks is then at most five
+	// seconds of ticks) and at the end. The tree covers the world's log
+	// from position 1 unless Sims is set, in which case it starts at
+	// Start.Pos+1.
+	Signer note.Signer
+	// LinkSizes are tree sizes of earlier checkpoints (an earlier
+	// segment's last one) to which a signed recording carries consistency
+	// proofs from the tree it starts from; sizes beyond that tree are
+	// ignored.
+	LinkSizes []int64
 }
 
 // RecordStats describes a recording made by Record.
@@ -178,6 +192,9 @@ type recorder struct {
 	// between ticks of different shards, so no snapshot is taken.
 	broken bool
 	stats  RecordStats
+
+	tree       *logTree // nil: unsigned
+	lastSigned int64    // tree size of the last checkpoint written
 }
 
 func newRecorder(cfg RecordConfig) (*recorder, error) {
@@ -195,6 +212,10 @@ func newRecorder(cfg RecordConfig) (*recorder, error) {
 	}
 	r.cur, r.curPos = cfg.Start.Tick, cfg.Start.Pos
 	r.linSt = &writerLineage{w: cfg.Writer}
+	if cfg.Signer != nil {
+		r.tree, _ = newLogTree(0, nil)
+		r.cfg.FlushTicks = min(r.cfg.FlushTicks, 5*uint64(h.TickRate))
+	}
 	r.policy = newSnapPolicy(cfg.Snapshots, r.shards, h.TickRate)
 	if cfg.Sims != nil && len(cfg.Sims) != r.shards {
 		return nil, fmt.Errorf("bsr: record: %d sims for %d shards", len(cfg.Sims), r.shards)
@@ -268,6 +289,9 @@ func (r *recorder) startRecording(cp replay.Checkpoint) error {
 			cps[s] = r.runners[s].Checkpoint()
 		}
 	}
+	if err := r.writeTreeBase(cp); err != nil {
+		return err
+	}
 	if cp.Tick > 0 {
 		if err := r.snapshot(cp.Tick, cp.Pos, true); err != nil {
 			return err
@@ -296,6 +320,11 @@ func (r *recorder) run(ctx context.Context) error {
 			return fmt.Errorf("bsr: record: read the log after tick %d: %w", r.cur, err)
 		}
 		r.feed = append(r.feed, e)
+		if r.tree != nil {
+			if err := r.tree.add(leafHash(e)); err != nil {
+				return fmt.Errorf("bsr: record: log tree at position %d: %w", e.Pos, err)
+			}
+		}
 		if r.recording {
 			r.entries = append(r.entries, e)
 		}
@@ -428,6 +457,70 @@ func (r *recorder) flush() error {
 	r.entries, r.complete = r.entries[:rest], 0
 	r.ticks, r.hashes = r.ticks[:0], r.hashes[:0]
 	r.prevPos = r.curPos
+	return r.checkpoint(last, false)
+}
+
+// writeTreeBase writes the KindTree chunk of a signed recording starting
+// after the marker of cp: the tree of the entries read so far (fast-forward
+// included) and the links to cfg.LinkSizes.
+func (r *recorder) writeTreeBase(cp replay.Checkpoint) error {
+	if r.tree == nil {
+		return nil
+	}
+	tb := treeBase{Size: r.tree.n}
+	var err error
+	if tb.Frontier, err = r.tree.frontier(); err != nil {
+		return fmt.Errorf("bsr: record: log tree: %w", err)
+	}
+	for _, n := range r.cfg.LinkSizes {
+		if n <= 0 || n > tb.Size || len(tb.Links) == maxTreeLinks {
+			continue
+		}
+		l := TreeLink{Size: n}
+		if l.Root, err = r.tree.root(n); err == nil {
+			l.Proof, err = tlog.ProveTree(tb.Size, n, r.tree)
+		}
+		if err != nil {
+			return fmt.Errorf("bsr: record: consistency proof from tree size %d: %w", n, err)
+		}
+		tb.Links = append(tb.Links, l)
+	}
+	r.lastSigned = -1
+	ref := chunkRef{Kind: KindTree, First: cp.Tick, Last: cp.Tick, Aux1: cp.Pos, Aux2: uint64(tb.Size)}
+	return r.w.writeChunk(ref, appendTreeBase(nil, &tb))
+}
+
+// checkpoint writes a signed checkpoint of the tree after tick (whose
+// marker is the last entry flushed), unless the last one covers it.
+func (r *recorder) checkpoint(tick uint64, final bool) error {
+	if r.tree == nil {
+		return nil
+	}
+	size := r.tree.n - int64(len(r.feed)) // the entries after the last marker are not flushed yet
+	if size == r.lastSigned && !final {
+		return nil
+	}
+	root, err := r.tree.root(size)
+	if err != nil {
+		return fmt.Errorf("bsr: record: log tree root at size %d: %w", size, err)
+	}
+	cp := Checkpoint{World: r.world, Tick: tick, Pos: r.prevPos, Size: size, Root: root, Final: final}
+	b, err := signCheckpoint(cp, r.cfg.Signer)
+	if err != nil {
+		return err
+	}
+	ref := chunkRef{Kind: KindCheckpoint, First: tick, Last: tick, Aux1: cp.Pos, Aux2: uint64(size)}
+	if err := r.w.writeChunk(ref, b); err != nil {
+		return err
+	}
+	r.lastSigned = size
+	if size == r.tree.n {
+		// Nothing needs the older hashes any more (links were proved at
+		// the start): keep the tree's memory bounded.
+		if err := r.tree.prune(); err != nil {
+			return fmt.Errorf("bsr: record: log tree: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -476,6 +569,9 @@ func (r *recorder) finish(ctx context.Context) error {
 		err = r.snapshot(r.cur, r.curPos, r.policy.needFull())
 	} else {
 		err = r.flush()
+	}
+	if err == nil && r.cur > r.base {
+		err = r.checkpoint(r.cur, true)
 	}
 	if cerr := r.lin.Close(ctx); err == nil {
 		err = cerr

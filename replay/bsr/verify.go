@@ -400,6 +400,10 @@ func checkChunks(ctx context.Context, r *Reader) (int, error) {
 			}
 		case KindMeta:
 			_, _, err = decodeMeta(raw, c)
+		case KindTree:
+			_, err = decodeTreeBase(raw, c)
+		case KindCheckpoint:
+			_, err = openCheckpoint(raw, c, nil)
 		}
 		if err != nil {
 			return n, err

@@ -159,6 +159,10 @@ func StartSegmentRecording(ctx context.Context, path string, game Game, id uint3
 		}
 		h := r.Header()
 		lt := r.LastTick()
+		if cps := r.Checkpoints(); len(cps) > 0 {
+			// A signed segment: the next one proves it extends this one.
+			cfg.LinkSizes = append(cfg.LinkSizes, cps[len(cps)-1].Size)
+		}
 		r.Close()
 		if h.Game != game.Name || h.World != id || string(h.GameConfig) != string(game.Config) {
 			return nil, "", fmt.Errorf("recording %s is of another world (%s world %d): give another --record path", p, h.Game, h.World)

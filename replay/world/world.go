@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,15 +281,17 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	w.cancelSup, w.cancelTicker = cancelSup, cancelTicker
 	w.supDone, w.tickerDone = make(chan error, 1), make(chan error, 1)
 	w.publishDone, w.trimDone = make(chan struct{}), make(chan struct{})
-	go func() { w.supDone <- w.sup.Run(sctx) }()
-	go func() { w.tickerDone <- w.ticker.Run(tctx) }()
+	// The world's goroutines carry the pprof label component=sim (the
+	// Runners, snapshots, the Ticker; what OnFrame does relabels itself).
+	go pprof.Do(sctx, pprof.Labels("component", "sim"), func(ctx context.Context) { w.supDone <- w.sup.Run(ctx) })
+	go pprof.Do(tctx, pprof.Labels("component", "sim"), func(ctx context.Context) { w.tickerDone <- w.ticker.Run(ctx) })
 	go func() {
 		defer close(w.trimDone)
 		if cfg.Retain > 0 {
 			w.trimLoop(sctx)
 		}
 	}()
-	go w.publish(sctx)
+	go pprof.Do(sctx, pprof.Labels("component", "sim"), w.publish)
 	return w, nil
 }
 

@@ -75,3 +75,28 @@ func TestConnOptions(t *testing.T) {
 		t.Fatal("Get of a record never written succeeded")
 	}
 }
+
+// TestEmbeddedBeyondLoopbackNeedsAuth (issue 16, finding 2): an embedded
+// server listening beyond loopback refuses to start without client
+// credentials; on loopback, or with a user and password, it starts.
+func TestEmbeddedBeyondLoopbackNeedsAuth(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		host string
+		auth ServerAuth
+		ok   bool
+	}{
+		{"0.0.0.0", ServerAuth{}, false},
+		{"0.0.0.0", ServerAuth{User: "bs"}, false},
+		{"0.0.0.0", ServerAuth{User: "bs", Password: "s3cret"}, true},
+		{"127.0.0.1", ServerAuth{}, true},
+	} {
+		srv, err := StartEmbedded(EmbeddedOptions{StoreDir: filepath.Join(dir, tc.host+tc.auth.User+tc.auth.Password), Host: tc.host, Auth: tc.auth})
+		if err == nil {
+			srv.Shutdown()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("host %s, auth %+v: %v, want ok=%v", tc.host, tc.auth, err, tc.ok)
+		}
+	}
+}

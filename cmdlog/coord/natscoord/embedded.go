@@ -96,6 +96,17 @@ func (a ServerAuth) apply(o *server.Options) {
 	}
 }
 
+// isLoopback reports whether host (an IP literal or a name) listens only
+// on loopback: "localhost" or a loopback address. Anything else (a wildcard
+// such as 0.0.0.0 or "", an interface's address, a name) counts as beyond.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // Embedded is a nats-server with JetStream running in this process.
 type Embedded struct {
 	srv   *server.Server
@@ -126,6 +137,12 @@ func serverOptions(opts EmbeddedOptions) (*server.Options, error) {
 	host := opts.Host
 	if host == "" {
 		host = "127.0.0.1"
+	}
+	if !isLoopback(host) && opts.Auth.User == "" && len(opts.Auth.Nkeys) == 0 {
+		return nil, fmt.Errorf("listening on %s (beyond loopback) needs client credentials (a user and password, or an nkey): refusing to serve the coordinator to anyone", host)
+	}
+	if !isLoopback(host) && opts.Auth.User != "" && opts.Auth.Password == "" {
+		return nil, fmt.Errorf("listening on %s (beyond loopback): user %q needs a password", host, opts.Auth.User)
 	}
 	sopts := &server.Options{
 		ServerName: opts.ServerName,

@@ -125,6 +125,9 @@ func (n *KV) Get(ctx context.Context) (msg.ViewRecord, uint64, error) {
 // first it returns an error wrapping coord.ErrConflict.
 func (n *KV) CompareAndSet(ctx context.Context, expectRev uint64, rec msg.ViewRecord) (uint64, error) {
 	val := coord.EncodeViewRecord(rec)
+	if len(val) > coord.MaxRecordBytes {
+		return 0, fmt.Errorf("natscoord: view %d encodes to %d bytes, over %d: not written", rec.Number, len(val), coord.MaxRecordBytes)
+	}
 	var (
 		rev uint64
 		err error

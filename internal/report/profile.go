@@ -1,0 +1,59 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"runtime/pprof"
+	"time"
+
+	"github.com/google/pprof/profile"
+)
+
+// CPUProfile records this process's CPU profile from StartCPUProfile to
+// Stop (one at a time per process, as runtime/pprof allows).
+type CPUProfile struct{ buf bytes.Buffer }
+
+// StartCPUProfile starts profiling this process.
+func StartCPUProfile() (*CPUProfile, error) {
+	p := &CPUProfile{}
+	if err := pprof.StartCPUProfile(&p.buf); err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return p, nil
+}
+
+// Stop ends the profile and returns the CPU time of its samples by the
+// value of the goroutine label key ("" for samples without it: the
+// runtime's own goroutines, such as the garbage collector's workers, and
+// goroutines nobody labelled).
+func (p *CPUProfile) Stop(key string) (map[string]time.Duration, error) {
+	pprof.StopCPUProfile()
+	return CPUByLabel(p.buf.Bytes(), key)
+}
+
+// CPUByLabel sums a CPU profile's samples by the value of the label key.
+func CPUByLabel(data []byte, key string) (map[string]time.Duration, error) {
+	prof, err := profile.ParseData(data)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	// The CPU value is the sample type of unit nanoseconds ("cpu").
+	vi := -1
+	for i, st := range prof.SampleType {
+		if st.Unit == "nanoseconds" {
+			vi = i
+		}
+	}
+	if vi < 0 {
+		return nil, fmt.Errorf("cpu profile: no sample type in nanoseconds")
+	}
+	out := map[string]time.Duration{}
+	for _, s := range prof.Sample {
+		v := ""
+		if vs := s.Label[key]; len(vs) > 0 {
+			v = vs[0]
+		}
+		out[v] += time.Duration(s.Value[vi])
+	}
+	return out, nil
+}

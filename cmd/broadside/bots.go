@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/anoptic/broadside/demo/bots"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/spf13/cobra"
 	"gonum.org/v1/plot"
@@ -20,7 +22,7 @@ import (
 
 func newBotsCmd() *cobra.Command {
 	var cfg bots.Config
-	var caFile, secretFile, jsonFile, pngFile string
+	var caFile, secretFile, playersFile, jsonFile, pngFile string
 	cmd := &cobra.Command{
 		Use:   "bots",
 		Short: "Run N load bots against a game server and report latency and bandwidth",
@@ -31,7 +33,10 @@ acknowledged durable, fsynced on every sequencing replica, or replicated, in
 memory on every one), command-to-applied latency (the
 first state update whose tick applied the command), state update jitter,
 bytes per second per client up and down, and errors by kind. Tokens are
-minted from the server's secret file (development setups).
+minted from the server's secret file (development setups), a fresh one for
+every connection (a reconnection takes over the old session only with a newer
+token); the bots' player ids come from the players file beside it (the one
+'broadside token' uses), assigned to the names bot-1..bot-N on first use.
 
 A bot whose connection is lost (a server crash or restart) reconnects with
 backoff, up to --reconnect-attempts failed attempts in a row, resumes its
@@ -54,6 +59,10 @@ and fires blindly.`,
 			if cfg.Secret, err = loadOrCreateSecret(secretFile); err != nil {
 				return err
 			}
+			if playersFile == "" {
+				playersFile = filepath.Join(filepath.Dir(secretFile), "players")
+			}
+			cfg.Players = server.OpenRegistry(playersFile)
 			if cfg.ReconnectAttempts == 0 {
 				cfg.NoReconnect = true
 			}
@@ -97,6 +106,7 @@ and fires blindly.`,
 	f.StringVar(&cfg.Server, "server", "127.0.0.1:4433", "game server address")
 	f.StringVar(&caFile, "ca", "broadside-dev/tls/ca.pem", "CA certificate the server's certificate chains to")
 	f.StringVar(&secretFile, "secret-file", "broadside-dev/server.secret", "server secret (to mint bot tokens)")
+	f.StringVar(&playersFile, "players-file", "", `player id registry (default: "players" beside --secret-file)`)
 	f.IntVar(&cfg.N, "n", 10, "number of bots")
 	f.Float64Var(&cfg.Rate, "rate", 10, "commands per second per bot")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run")

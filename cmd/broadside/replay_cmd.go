@@ -20,6 +20,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/shardstore"
 	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/internal/adminauth"
 	"github.com/anoptic/broadside/internal/report"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
@@ -96,6 +97,7 @@ generates ('serve' itself writes none).
 type exportOptions struct {
 	out                string
 	server             string
+	adminToken         string
 	logDir             string
 	useLog             bool
 	external           clusterFlags
@@ -158,6 +160,7 @@ holds every tick up to where it stopped.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.out, "out", "o", "", "the recording to write (.bsr)")
 	f.StringVar(&o.server, "server", "", "record a running server's match up to now, through its admin address (serve --admin-addr)")
+	f.StringVar(&o.adminToken, "admin-token-file", "", "with --server: the admin bearer token file (serve --admin-token-file)")
 	f.StringVar(&o.logDir, "log-dir", "", "record a stored command log: DIR or DIR/log holds its shard-* stores (the server must be stopped)")
 	f.BoolVar(&o.useLog, "log", false, "record from a running command log cluster (--log-peers, --log-coord, TLS flags)")
 	o.external.registerPrefixed(f, "log-")
@@ -241,7 +244,13 @@ func openExportSource(ctx context.Context, o *exportOptions) (*exportSource, err
 		}
 		es.what = fmt.Sprintf("recording %s (ticks %d..%d)", o.fromFile, r.FirstTick(), r.LastTick())
 	case o.server != "":
-		hs, conf, err := world.OpenExport(ctx, o.server, wire.MaxWelcomeWorld)
+		var token []byte
+		if o.adminToken != "" {
+			if token, err = adminauth.ReadToken(o.adminToken); err != nil {
+				return nil, err
+			}
+		}
+		hs, conf, err := world.OpenExportWithToken(ctx, o.server, string(token), wire.MaxWelcomeWorld)
 		if err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
 	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/internal/adminauth"
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
@@ -44,6 +45,10 @@ type serveOptions struct {
 	secretFile string
 	dataDir    string
 	adminAddr  string
+	adminToken string
+	adminHosts []string
+	exportRate int
+	admission  server.AdmissionLimits
 	rate       float64
 	burst      int
 	durability string
@@ -111,6 +116,14 @@ it; in production give --cert and --key.`,
 	f.StringVar(&o.secretFile, "secret-file", "broadside-dev/server.secret", "player token secret (created if missing)")
 	f.StringVar(&o.dataDir, "data", "broadside-dev/data", "data directory: the embedded command log (log/: shards, write-ahead logs, coordinator) and the world's snapshot and lineage stores (world/)")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /world/hashes?from=T (every sector's state hash per tick, to check against a re-simulation), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server')")
+	f.StringVar(&o.adminToken, "admin-token-file", "", "file holding the admin bearer token (first line, at least 16 bytes): every admin request then needs 'Authorization: Bearer TOKEN'; required when --admin-addr is not loopback")
+	f.StringSliceVar(&o.adminHosts, "admin-hosts", nil, "further host names admin clients may use (the Host header of every admin request must be localhost, a loopback address, --admin-addr's host or one of these: DNS rebinding is refused)")
+	f.IntVar(&o.exportRate, "export-rate", 8<<20, "bytes per second all log exports (/replay/log) together may read, through their own log client (at most 2 at once)")
+	f.IntVar(&o.admission.MaxConns, "max-conns", 4096, "player connections held in total")
+	f.IntVar(&o.admission.MaxConnsPerAddr, "max-conns-per-addr", 1024, "player connections held per source address (IPv4 address or IPv6 /64)")
+	f.IntVar(&o.admission.MaxPreHello, "max-pre-hello", 256, "connections without a valid Hello yet, in total (each gets 2s)")
+	f.IntVar(&o.admission.MaxPreHelloPerAddr, "max-pre-hello-per-addr", 32, "connections without a valid Hello yet, per source address")
+	f.IntVar(&o.admission.RetryAbove, "retry-above", 64, "with more connections than this without Hello, new ones must validate their address with a QUIC Retry (-1: always)")
 	f.Float64Var(&o.rate, "rate", 60, "commands per second a player may send (token bucket)")
 	f.IntVar(&o.burst, "burst", 30, "token bucket size")
 	f.StringVar(&o.durability, "durability", "fsync", durabilityUsage+"; with --log, say what the cluster's replicas run (logd --durability)")
@@ -151,7 +164,7 @@ func (o serveOptions) serverTLS(out io.Writer) (*tls.Config, error) {
 
 // worldHandlers are the admin endpoints of the world running (nil while
 // none is).
-func worldHandlers(running func() *world.World, checks ...func() error) map[string]http.Handler {
+func worldHandlers(running func() *world.World, export world.ExportConfig, checks ...func() error) map[string]http.Handler {
 	lineageStore := func() (lineage.Store, func()) {
 		if w := running(); w != nil {
 			return w.LineageStore()
@@ -161,7 +174,7 @@ func worldHandlers(running func() *world.World, checks ...func() error) map[stri
 	return map[string]http.Handler{
 		"/lineage":        lineageHandler(lineageStore),
 		"/lineage/store/": lineage.StoreHandler(lineageStore),
-		"/replay/":        world.ExportHandler(running),
+		"/replay/":        world.ExportHandler(running, export),
 		"/healthz":        world.HealthHandler(),
 		"/readyz":         world.ReadyHandler(running, checks...),
 		"/world/hashes":   world.HashesHandler(running),
@@ -220,8 +233,18 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return err
 	}
 	var worldRef atomic.Pointer[world.World]
+	var exportRef atomic.Pointer[world.ExportLog]
+	exportLog := func() world.ExportLog {
+		if l := exportRef.Load(); l != nil {
+			return *l
+		}
+		return nil
+	}
 	var storing storingCheck
-	serveAdmin(ctx, o.adminAddr, reg, log, worldHandlers(worldRef.Load, storing.err))
+	if err := serveAdminGuarded(ctx, adminauth.Options{Addr: o.adminAddr, TokenFile: o.adminToken, Hosts: o.adminHosts}, reg, log,
+		worldHandlers(worldRef.Load, world.ExportConfig{Log: exportLog, BytesPerSecond: o.exportRate}, storing.err)); err != nil {
+		return err
+	}
 
 	specDelay := uint64(o.specDelay / (time.Second / broadside.TickRate))
 	if specDelay+16 > world.FrameRing {
@@ -233,11 +256,12 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return err
 	}
 	announceDurability(out, durability)
-	logc, worldc, logStoring, closeLog, err := openServerLog(ctx, o, durability, log, reg)
+	logc, worldc, exportc, logStoring, closeLog, err := openServerLog(ctx, o, durability, log, reg)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
+	exportRef.Store(&exportc)
 	storing.set(logStoring)
 	go storing.watch(ctx, log)
 
@@ -246,7 +270,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc, Durability: server.DurabilityOf(durability),
 		Limits: server.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
 		State: broadside.NewStateSource(frames), SpectatorDelay: specDelay,
-		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config, Storing: storing.err,
+		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config, Storing: storing.err, Admission: o.admission,
 	})
 	if err != nil {
 		return err
@@ -318,36 +342,43 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 }
 
 // openServerLog returns the command log: an embedded cluster, or clients
-// of an external one. Players' commands and the world (tick markers,
-// migrations, the runners' reads) use two clients: a client keeps a bounded
-// number of append rounds in flight, and under a flood of commands the
-// world's tick markers must not wait behind them.
+// of an external one. Players' commands, the world (tick markers,
+// migrations, the runners' reads) and log exports use three clients: a
+// client keeps a bounded number of rounds in flight, and under a flood of
+// commands or exports the world's tick markers must not wait behind them.
 //
 // storing reports whether the log can store (nil: it can, or it is an
 // external cluster whose nodes report their own health).
-func openServerLog(ctx context.Context, o serveOptions, d seq.Durability, log *slog.Logger, reg *prometheus.Registry) (intake, worldLog world.Log, storing func() error, closeAll func(), err error) {
+func openServerLog(ctx context.Context, o serveOptions, d seq.Durability, log *slog.Logger, reg *prometheus.Registry) (intake, worldLog world.Log, export world.ExportLog, storing func() error, closeAll func(), err error) {
 	latency := node.AppendLatency(reg)
 	if o.useLog {
 		c, closeC, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{OnAppendLatency: latency})
 		if err != nil {
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, nil, nil, err
 		}
 		w, closeW, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{})
 		if err != nil {
 			closeC()
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, nil, nil, err
 		}
-		return c, w, nil, func() { closeW(); closeC() }, nil
+		e, closeE, err := o.external.dialCluster(ctx, cmdlog.ClientConfig{})
+		if err != nil {
+			closeW()
+			closeC()
+			return nil, nil, nil, nil, nil, err
+		}
+		return c, w, e, nil, func() { closeE(); closeW(); closeC() }, nil
 	}
 	if err := embedded.CheckRestartable(o.dataDir, d); err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
 	el, err := embedded.Start(ctx, embedded.Options{Dir: filepath.Join(o.dataDir, "log"), Durability: d, OnAppendLatency: latency})
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, nil, err
 	}
 	log.Info("embedded command log", "replicas", el.Local().Replicas(), "shards", el.Local().Layout().Shards, "data", o.dataDir)
-	return el.Log(), el.World(), el.Storing, el.Close, nil
+	e := el.Local().NewClient(cmdlog.ClientConfig{})
+	return el.Log(), el.World(), e, el.Storing, func() { e.Close(); el.Close() }, nil
 }
 
 // storingCheck is whether the command log can store, for /readyz and the
@@ -391,10 +422,26 @@ func (c *storingCheck) watch(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// serveAdmin serves /metrics and /debug/pprof on addr until ctx ends.
+// serveAdmin serves /metrics and /debug/pprof on addr until ctx ends,
+// loopback only (no token: beyond loopback it logs why and serves
+// nothing), behind the Host allow-list.
 func serveAdmin(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger, extra map[string]http.Handler) {
+	if err := serveAdminGuarded(ctx, adminauth.Options{Addr: addr}, reg, log, extra); err != nil {
+		log.Error("admin server not started", "err", err)
+	}
+}
+
+// serveAdminGuarded serves /metrics, /debug/pprof and extra on o.Addr
+// (empty: nothing) until ctx ends, every handler behind the guard o
+// describes; it refuses an address beyond loopback without a token.
+func serveAdminGuarded(ctx context.Context, o adminauth.Options, reg *prometheus.Registry, log *slog.Logger, extra map[string]http.Handler) error {
+	addr := o.Addr
 	if addr == "" {
-		return
+		return nil
+	}
+	guard, err := adminauth.New(o)
+	if err != nil {
+		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -406,7 +453,7 @@ func serveAdmin(ctx context.Context, addr string, reg *prometheus.Registry, log 
 	for path, h := range extra {
 		mux.Handle(path, h)
 	}
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 2 * time.Minute}
+	srv := &http.Server{Addr: addr, Handler: guard.Wrap(mux), ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 2 * time.Minute}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -418,5 +465,6 @@ func serveAdmin(ctx context.Context, addr string, reg *prometheus.Registry, log 
 			log.Error("admin server", "addr", addr, "err", err)
 		}
 	}()
-	log.Info("admin", "metrics", "http://"+addr+"/metrics", "pprof", "http://"+addr+"/debug/pprof/")
+	log.Info("admin", "metrics", "http://"+addr+"/metrics", "pprof", "http://"+addr+"/debug/pprof/", "bearer token", o.TokenFile != "")
+	return nil
 }

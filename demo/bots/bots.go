@@ -46,6 +46,12 @@ type Config struct {
 	// "bot-1".."bot-N" (with Prefix "bot-").
 	Secret []byte
 	Prefix string
+	// Players, if set, assigns the bots' player ids (by name, kept across
+	// runs: 'broadside bots' uses the registry beside the secret);
+	// without it bot i (from 0) is player FirstID+i (default
+	// server.EphemeralIDBase+1), ids no Registry assigns.
+	Players *server.Registry
+	FirstID uint32
 	// N bots, each sending Rate commands per second for Duration.
 	N        int
 	Rate     float64
@@ -240,6 +246,30 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{Bots: cfg.N, RatePerBot: cfg.Rate, Behaviour: cfg.Behaviour}
 	st := &stats{ack: newHist(), ackWin: newHist(), app: newHist(), appWin: newHist(), ackResent: newHist(), jitter: newHist(), errors: map[string]int64{}, firstErr: map[string]string{}}
 
+	// Player ids: assigned, never derived from the names.
+	names := make([]string, cfg.N)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%d", cfg.Prefix, i+1)
+	}
+	ids := make(map[string]uint32, cfg.N)
+	if cfg.Players != nil {
+		var err error
+		if ids, err = cfg.Players.IDs(names); err != nil {
+			return rep, fmt.Errorf("bots: player ids: %w", err)
+		}
+	} else {
+		first := cfg.FirstID
+		if first == 0 {
+			first = server.EphemeralIDBase + 1
+		}
+		if uint64(first)+uint64(cfg.N) > 1<<32 {
+			return rep, fmt.Errorf("bots: %d bots from id %d overflow 32 bits", cfg.N, first)
+		}
+		for i, n := range names {
+			ids[n] = first + uint32(i)
+		}
+	}
+
 	// Connect every bot, a few at a time.
 	bots := make([]*bot, cfg.N)
 	var cwg sync.WaitGroup
@@ -250,10 +280,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		go func() {
 			defer cwg.Done()
 			defer func() { <-sem }()
-			name := fmt.Sprintf("%s%d", cfg.Prefix, i+1)
-			// A fresh token for every connection: tokens expire.
+			name := names[i]
+			// A fresh token for every connection: tokens expire, and a
+			// reconnection takes over the old session only with a
+			// newer token.
 			tokens := func(context.Context) (string, error) {
-				return server.IssueToken(cfg.Secret, server.Claims{Player: name, PlayerID: server.PlayerIDFor(name), Expires: time.Now().Add(cfg.Duration + time.Hour)})
+				return server.IssueToken(cfg.Secret, server.Claims{Player: name, PlayerID: ids[name], Audience: server.AudiencePlayer,
+					Expires: time.Now().Add(min(cfg.Duration+time.Hour, server.MaxTokenLifetime))})
 			}
 			if _, err := tokens(ctx); err != nil {
 				st.err("token")

@@ -192,7 +192,9 @@ func (g *gameServer) stop(ctx context.Context) error {
 // up, as a reconnecting client would), sends one command and waits for
 // its durable acknowledgement.
 func probeAck(ctx context.Context, addr string, cr *credentials, name string) error {
-	tok, err := server.IssueToken(cr.secret, server.Claims{Player: name, PlayerID: server.PlayerIDFor(name), Expires: time.Now().Add(time.Hour)})
+	// The probe's id is the last one, above the bots' (numbered from
+	// server.EphemeralIDBase+1).
+	tok, err := server.IssueToken(cr.secret, server.Claims{Player: name, PlayerID: ^uint32(0), Audience: server.AudiencePlayer, Expires: time.Now().Add(time.Hour)})
 	if err != nil {
 		return err
 	}

@@ -19,12 +19,17 @@ var (
 	ErrFlood = errors.New("server: command flood")
 	// ErrImpersonation: a command named another player.
 	ErrImpersonation = errors.New("server: command for another player")
+	// ErrOversized: a message larger than its type allows (counted, and
+	// coded, as a frame too large, not as a protocol error).
+	ErrOversized = fmt.Errorf("server: oversized message: %w", transport.ErrFrameTooLarge)
 )
 
 // CodeOf returns the application error code a connection closed for err
 // gets.
 func CodeOf(err error) transport.ErrorCode {
 	switch {
+	case errors.Is(err, ErrStaleToken):
+		return CodeStaleToken
 	case errors.Is(err, ErrBadToken), errors.Is(err, ErrImpersonation):
 		return transport.CodeUnauthorized
 	case errors.Is(err, ErrFlood):
@@ -121,9 +126,20 @@ func (in *Intake) Frame(frame []byte, now time.Time) Verdict {
 	if in.spectator {
 		return Verdict{Err: fmt.Errorf("%w: a spectator sent a command", ErrProtocol)}
 	}
+	if len(frame) > wire.MaxGameCommandSize {
+		return Verdict{Err: fmt.Errorf("%w: GameCommand of %d bytes exceeds %d", ErrOversized, len(frame), wire.MaxGameCommandSize)}
+	}
 	cmd, err := wire.DecodeGameCommand(frame)
 	if err != nil {
 		return Verdict{Err: fmt.Errorf("%w: %v", ErrProtocol, err)}
+	}
+	// Commands are canonical: what the log stores is the encoding of the
+	// decoded fields, and a frame longer than that carries bytes no field
+	// accounts for (padding, junk, a covert payload): refused, never
+	// stored.
+	canon := wire.EncodeGameCommand(nil, cmd)
+	if len(frame) != len(canon) {
+		return Verdict{Err: fmt.Errorf("%w: GameCommand of %d bytes is not its canonical encoding (%d bytes): trailing or junk bytes", ErrProtocol, len(frame), len(canon))}
 	}
 	if cmd.Kind == wire.CommandAck {
 		// An acknowledgement of state, sent as a command: never logged.
@@ -146,13 +162,13 @@ func (in *Intake) Frame(frame []byte, now time.Time) Verdict {
 		}
 		return Verdict{Command: cmd, Refusal: wire.AckRateLimited}
 	}
-	// The envelope carries the command as the client encoded it (after
-	// verification), stamped with the authenticated player.
+	// The envelope carries the command's canonical encoding (the same
+	// fields the client sent), stamped with the authenticated player.
 	env := wire.EncodeEnvelope(nil, wire.Envelope{
 		Kind:      wire.EnvelopePlayerCommand,
 		Player:    in.player,
 		ClientSeq: cmd.Seq,
-		Payload:   frame,
+		Payload:   canon,
 	})
 	return Verdict{Append: env, Command: cmd, Accepted: true}
 }

@@ -147,7 +147,7 @@ func (r *resumeRig) dial(player uint32) *client.Client {
 	defer cancel()
 	c, err := client.Dial(ctx, client.Config{Addr: r.addr, TLS: r.ca.ClientTLS(),
 		TokenSource: func(context.Context) (string, error) {
-			return IssueToken(testSecret, Claims{Player: "ada", PlayerID: player, Expires: time.Now().Add(time.Minute)})
+			return IssueToken(testSecret, Claims{Player: "ada", PlayerID: player, Audience: AudiencePlayer, Expires: time.Now().Add(time.Minute)})
 		},
 		Reconnect: client.Reconnect{Attempts: 20, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 )
 
 // MaxPlayerFrame is the frame size limit on player streams: commands are
@@ -124,8 +125,15 @@ type Config struct {
 	// MaxSpectators bounds spectator sessions (default 16; at most 2 per
 	// token): each gets the whole world every tick.
 	MaxSpectators int
-	// HandshakeTimeout bounds the wait for Hello (default 5s).
+	// HandshakeTimeout bounds the time from a connection's first packet
+	// to its Hello (default 2s): the QUIC handshake, then the Hello frame.
 	HandshakeTimeout time.Duration
+	// Admission caps the connections held, before and after Hello.
+	Admission AdmissionLimits
+	// WarnRate bounds the warnings logged for closed connections per
+	// second (default 5, a burst of 20); the others are counted, and the
+	// next warning logged says how many were suppressed.
+	WarnRate rate.Limit
 	// Storing, if set, tells whether the log can store now; while it
 	// returns an error (a full or failing disk under the log), commands
 	// are refused busy (wire.AckBusy) without being appended, so that
@@ -157,7 +165,16 @@ type Server struct {
 	watchers map[*session]struct{} // spectators
 	applied  map[uint32]uint64     // last client sequence applied, per player
 	sessions map[uint32]uint64     // session id of each player's latest connection
-	state    []byte                // Publish's scratch
+	// tokens holds the newest token accepted for each player (until
+	// MaxTokenLifetime after its issue: older tokens are expired by then).
+	tokens    map[uint32]tokenUse
+	nextSweep int
+	admit     *admission
+	// warnings rate-limits the warnings of closed connections; suppressed
+	// counts those not logged since the last one.
+	warnings   *rate.Limiter
+	suppressed atomic.Int64
+	state      []byte // Publish's scratch
 	// queue holds accepted commands for the MaxAppending append workers.
 	queue *appendQueue
 }
@@ -223,7 +240,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxAppending = 512
 	}
 	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = 5 * time.Second
+		cfg.HandshakeTimeout = 2 * time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -247,6 +264,11 @@ func New(cfg Config) (*Server, error) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	cfg.Limits.defaults()
+	if cfg.WarnRate <= 0 {
+		cfg.WarnRate = 5
+	}
+	admit := newAdmission(cfg.Admission)
+	cfg.Admission = admit.limits
 	var ep *transport.Endpoint
 	var err error
 	// The QUIC endpoint's goroutines (its connections' loops: packing,
@@ -254,7 +276,21 @@ func New(cfg Config) (*Server, error) {
 	labelled(ComponentQUIC, func() {
 		ep, err = transport.NewEndpoint(transport.Config{
 			ListenAddr: cfg.ListenAddr, ServerTLS: cfg.TLS, ALPN: []string{wire.ALPN},
-			MaxFrameSize: MaxPlayerFrame, MaxWriteFrameSize: wire.MaxSessionFrameSize, EnableDatagrams: true, Logger: cfg.Logger,
+			MaxFrameSize: MaxPlayerFrame, MaxWriteFrameSize: wire.MaxSessionFrameSize, Logger: cfg.Logger,
+			// State goes out as datagrams; nothing comes in as one (the
+			// protocol has no client datagrams, so none are accepted).
+			SendOnlyDatagrams: true,
+			// One stream (the session's), none unidirectional, and
+			// windows sized for commands (MaxInflight frames of at most
+			// MaxPlayerFrame), not for bulk transfer: what a connection
+			// can make the server buffer, before Hello and after, is
+			// bounded.
+			MaxIncomingStreams: 1, MaxIncomingUniStreams: -1,
+			InitialStreamWindow: 16 << 10, MaxStreamWindow: 64 << 10,
+			InitialConnectionWindow: 24 << 10, MaxConnectionWindow: 96 << 10,
+			HandshakeTimeout:    cfg.HandshakeTimeout,
+			ConnContext:         admit.connContext,
+			VerifySourceAddress: admit.verifySource,
 		})
 		if err == nil {
 			if err = ep.Listen(); err != nil {
@@ -266,7 +302,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, ep: ep, log: cfg.Logger, players: map[uint32]*session{},
-		watchers: map[*session]struct{}{}, applied: map[uint32]uint64{}, sessions: map[uint32]uint64{}, queue: newAppendQueue()}
+		watchers: map[*session]struct{}{}, applied: map[uint32]uint64{}, sessions: map[uint32]uint64{}, queue: newAppendQueue(),
+		tokens: map[uint32]tokenUse{}, nextSweep: 1024, admit: admit, warnings: rate.NewLimiter(cfg.WarnRate, 20)}
 	s.metrics = serverMetrics{
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions", Help: "Open player sessions."}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "sessions_closed_total",
@@ -280,7 +317,7 @@ func New(cfg Config) (*Server, error) {
 		upBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "state_update_bytes",
 			Help: "Size of state update frames.", Buckets: prometheus.ExponentialBuckets(64, 2, 12)}),
 	}
-	cfg.Registry.MustRegister(s.metrics.sessions, s.metrics.closed, s.metrics.commands, s.metrics.ackDelay, s.metrics.updates, s.metrics.upBytes)
+	cfg.Registry.MustRegister(admit.refused, admit.validated, s.metrics.sessions, s.metrics.closed, s.metrics.commands, s.metrics.ackDelay, s.metrics.updates, s.metrics.upBytes)
 	return s, nil
 }
 
@@ -322,12 +359,26 @@ func (s *Server) Serve(ctx context.Context) error {
 				code = transport.CodeNormal
 			}
 			if code != transport.CodeNormal {
-				s.log.Warn("closing player connection", "remote", conn.RemoteAddr().String(), "code", code.String(), "err", err)
+				s.warn(conn, code, err)
 			}
 			s.metrics.closed.WithLabelValues(code.String()).Inc()
 			conn.CloseWithCode(code, closeReason(err))
 		}()
 	}
+}
+
+// warn logs why a connection closed, at most WarnRate times a second:
+// a flood of bad connections must not become a flood of log lines.
+func (s *Server) warn(conn *transport.Conn, code transport.ErrorCode, err error) {
+	if !s.warnings.AllowN(s.cfg.Now(), 1) {
+		s.suppressed.Add(1)
+		return
+	}
+	if n := s.suppressed.Swap(0); n > 0 {
+		s.log.Warn("closing player connection", "remote", conn.RemoteAddr().String(), "code", code.String(), "err", err, "suppressed", n)
+		return
+	}
+	s.log.Warn("closing player connection", "remote", conn.RemoteAddr().String(), "code", code.String(), "err", err)
 }
 
 func closeReason(err error) string {
@@ -342,15 +393,20 @@ func closeReason(err error) string {
 }
 
 func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
-	hctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
+	// One deadline for the stream and the Hello on it.
+	deadline := time.Now().Add(s.cfg.HandshakeTimeout)
+	hctx, cancel := context.WithDeadline(ctx, deadline)
 	st, err := conn.AcceptStream(hctx)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("%w: no command stream: %v", ErrProtocol, err)
 	}
-	st.SetReadDeadline(s.cfg.Now().Add(s.cfg.HandshakeTimeout))
+	st.SetReadDeadline(deadline)
 	frame, err := st.ReadFrame(nil)
 	if err != nil {
+		if errors.Is(err, transport.ErrFrameTooLarge) {
+			return fmt.Errorf("reading hello: %w", err)
+		}
 		return fmt.Errorf("%w: reading hello: %v", ErrProtocol, err)
 	}
 	st.SetReadDeadline(time.Time{})
@@ -362,11 +418,21 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	if !ok || hello.Protocol != wire.ProtocolVersion {
 		return fmt.Errorf("%w: first frame must be a Hello of protocol %d", ErrProtocol, wire.ProtocolVersion)
 	}
-	claims, err := VerifyToken(s.cfg.Secret, hello.Token, s.cfg.Now())
-	if err != nil {
-		st.WriteFrame(wire.EncodeSession(nil, wire.Goodbye{Code: uint64(transport.CodeUnauthorized), Reason: err.Error()}))
+	refuse := func(err error) error {
+		st.WriteFrame(wire.EncodeSession(nil, wire.Goodbye{Code: uint64(CodeOf(err)), Reason: err.Error()}))
 		st.Flush()
 		return err
+	}
+	claims, err := VerifyToken(s.cfg.Secret, hello.Token, s.cfg.Now())
+	if err != nil {
+		return refuse(err)
+	}
+	if want := AudiencePlayer; hello.Spectator {
+		if want = AudienceSpectator; claims.Audience != want {
+			return refuse(fmt.Errorf("%w: a %s token cannot open a spectator session", ErrWrongAudience, claims.Audience))
+		}
+	} else if claims.Audience != want {
+		return refuse(fmt.Errorf("%w: a %s token cannot open a player session", ErrWrongAudience, claims.Audience))
 	}
 	if s.draining.Load() {
 		st.WriteFrame(wire.EncodeSession(nil, wire.Goodbye{Code: uint64(transport.CodeNormal), Reason: "server shutting down"}))
@@ -399,8 +465,14 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		}
 		s.watchers[sess] = struct{}{}
 	} else {
-		if old := s.players[claims.PlayerID]; old != nil {
-			// A player reconnecting replaces its older connection.
+		old := s.players[claims.PlayerID]
+		if err := s.useToken(claims, sess.id, old != nil); err != nil {
+			s.mu.Unlock()
+			return refuse(err)
+		}
+		if old != nil {
+			// A player reconnecting with a newer token replaces its
+			// older connection.
 			old.conn.CloseWithCode(transport.CodeNormal, wire.ReasonReplaced)
 		}
 		s.players[claims.PlayerID] = sess
@@ -412,6 +484,7 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		}
 	}
 	s.mu.Unlock()
+	s.admit.helloDone(conn.Context())
 	s.metrics.sessions.Inc()
 	defer func() {
 		s.mu.Lock()

@@ -97,7 +97,18 @@ func startServerWith(t *testing.T, cfg Config) *testServer {
 
 func (ts *testServer) token(t *testing.T, name string, id uint32, ttl time.Duration) string {
 	t.Helper()
-	tok, err := IssueToken(testSecret, Claims{Player: name, PlayerID: id, Expires: time.Now().Add(ttl)})
+	return issue(t, Claims{Player: name, PlayerID: id, Audience: AudiencePlayer, Expires: time.Now().Add(ttl)})
+}
+
+// spectatorToken issues a spectator token.
+func (ts *testServer) spectatorToken(t *testing.T, name string, id uint32, ttl time.Duration) string {
+	t.Helper()
+	return issue(t, Claims{Player: name, PlayerID: id, Audience: AudienceSpectator, Expires: time.Now().Add(ttl)})
+}
+
+func issue(t *testing.T, c Claims) string {
+	t.Helper()
+	tok, err := IssueToken(testSecret, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +186,7 @@ func TestServerRejectsBadInputPerConnection(t *testing.T) {
 	defer good.Close()
 
 	t.Run("wrong token", func(t *testing.T) {
-		tok, _ := IssueToken([]byte("some-other-secret-xx"), Claims{Player: "eve", PlayerID: 9, Expires: time.Now().Add(time.Hour)})
+		tok, _ := IssueToken([]byte("some-other-secret-xx"), Claims{Player: "eve", PlayerID: 9, Audience: AudiencePlayer, Expires: time.Now().Add(time.Hour)})
 		if _, err := ts.dial(t, tok); err == nil || !strings.Contains(err.Error(), "unauthorized") {
 			t.Fatalf("dial with a foreign token: %v", err)
 		}

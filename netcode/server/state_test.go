@@ -64,7 +64,7 @@ func TestStateFanOut(t *testing.T) {
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			spec, err := client.Dial(ctx, client.Config{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.token(t, "watcher", 99, time.Hour), Spectator: true})
+			spec, err := client.Dial(ctx, client.Config{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.spectatorToken(t, "watcher", 99, time.Hour), Spectator: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +140,7 @@ func TestSpectatorCannotCommand(t *testing.T) {
 	ts := startServerWith(t, Config{State: &fakeState{size: 10}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	spec, err := client.Dial(ctx, client.Config{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.token(t, "watcher", 99, time.Hour), Spectator: true})
+	spec, err := client.Dial(ctx, client.Config{Addr: ts.srv.Addr(), TLS: ts.client, Token: ts.spectatorToken(t, "watcher", 99, time.Hour), Spectator: true})
 	if err != nil {
 		t.Fatal(err)
 	}

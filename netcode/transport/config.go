@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -58,6 +60,26 @@ type Config struct {
 	// EnableDatagrams offers unreliable QUIC datagrams (RFC 9221). Both
 	// peers must enable them for SendDatagram to work.
 	EnableDatagrams bool
+	// SendOnlyDatagrams makes the endpoint send datagrams to peers that
+	// accept them while accepting none: it does not advertise datagram
+	// support, so a peer cannot send it any (QUIC closes a connection on
+	// which a DATAGRAM frame arrives anyway, FRAME_ENCODING_ERROR). It
+	// overrides EnableDatagrams. For a server that pushes datagrams and
+	// reads nothing from them (RFC 9221 lets an endpoint send datagrams
+	// whenever its peer advertised them).
+	SendOnlyDatagrams bool
+
+	// ConnContext, if set, is called for every incoming connection attempt
+	// before its handshake (quic-go's Transport.ConnContext): an error
+	// refuses it at once (CONNECTION_REFUSED, no handshake is done), and
+	// the returned context, cancelled when the connection ends, becomes
+	// Conn.Context's parent. Admission control goes here.
+	ConnContext func(context.Context, *quic.ClientInfo) (context.Context, error)
+	// VerifySourceAddress, if set, tells for each connection attempt from
+	// a not yet validated address whether it must first prove it owns the
+	// address with a QUIC Retry (one more round trip; quic-go's
+	// Transport.VerifySourceAddress). Turn it on under load.
+	VerifySourceAddress func(net.Addr) bool
 
 	// InitialStreamWindow and MaxStreamWindow bound the per-stream receive
 	// flow-control window (quic-go defaults: 512 KiB growing to 6 MiB).
@@ -149,7 +171,7 @@ func (c Config) settings() (*settings, error) {
 		MaxConnectionReceiveWindow:     c.MaxConnectionWindow,
 		MaxIncomingStreams:             c.MaxIncomingStreams,
 		MaxIncomingUniStreams:          c.MaxIncomingUniStreams,
-		EnableDatagrams:                c.EnableDatagrams,
+		EnableDatagrams:                c.EnableDatagrams && !c.SendOnlyDatagrams,
 	}
 	return s, nil
 }

@@ -47,9 +47,10 @@ func (c *Conn) SendDatagram(p []byte) error {
 }
 
 // ReceiveDatagram waits for the next datagram from the peer. The returned
-// slice belongs to the caller.
+// slice belongs to the caller. It works when this side enabled datagrams
+// (and not send-only), whatever the peer advertised.
 func (c *Conn) ReceiveDatagram(ctx context.Context) ([]byte, error) {
-	if !c.DatagramsEnabled() {
+	if !c.recvDatagrams {
 		return nil, fmt.Errorf("transport: receive datagram from %s: %w", c.RemoteAddr(), ErrDatagramsDisabled)
 	}
 	p, err := c.qc.ReceiveDatagram(ctx)
@@ -59,6 +60,8 @@ func (c *Conn) ReceiveDatagram(ctx context.Context) ([]byte, error) {
 	return p, nil
 }
 
-// DatagramsEnabled reports whether both peers negotiated datagram support.
-// It is fixed when the handshake completes.
+// DatagramsEnabled reports whether SendDatagram can work: the peer
+// advertised datagram support and this side enabled datagrams (or sends
+// them only, Config.SendOnlyDatagrams). It is fixed when the handshake
+// completes.
 func (c *Conn) DatagramsEnabled() bool { return c.datagrams }

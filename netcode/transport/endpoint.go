@@ -58,8 +58,10 @@ func NewEndpoint(cfg Config) (*Endpoint, error) {
 		cfg: s,
 		udp: udp,
 		tr: &quic.Transport{
-			Conn:              udp,
-			StatelessResetKey: s.StatelessResetKey,
+			Conn:                udp,
+			StatelessResetKey:   s.StatelessResetKey,
+			ConnContext:         s.ConnContext,
+			VerifySourceAddress: s.VerifySourceAddress,
 		},
 		conns: make(map[*Conn]struct{}),
 	}
@@ -195,7 +197,10 @@ func (e *Endpoint) resolve(ctx context.Context, addr string) (*net.UDPAddr, erro
 // track wraps an established connection and registers it for Close.
 func (e *Endpoint) track(qc *quic.Conn) (*Conn, error) {
 	dg := qc.ConnectionState().SupportsDatagrams
-	c := &Conn{qc: qc, maxFrame: e.cfg.MaxFrameSize, maxWrite: e.cfg.MaxWriteFrameSize, datagrams: dg.Local && dg.Remote}
+	// Sending needs the peer's advertisement (and, unless send-only, our
+	// own); receiving needs ours.
+	c := &Conn{qc: qc, maxFrame: e.cfg.MaxFrameSize, maxWrite: e.cfg.MaxWriteFrameSize,
+		datagrams: dg.Remote && (dg.Local || e.cfg.SendOnlyDatagrams), recvDatagrams: dg.Local}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -276,10 +281,11 @@ func (e *Endpoint) close() error {
 // long-lived streams and, when both peers enabled them, datagrams. Methods
 // are safe for concurrent use.
 type Conn struct {
-	qc        *quic.Conn
-	maxFrame  int
-	maxWrite  int
-	datagrams bool // both sides negotiated datagram support
+	qc            *quic.Conn
+	maxFrame      int
+	maxWrite      int
+	datagrams     bool // SendDatagram works: the peer accepts datagrams (and we enabled them)
+	recvDatagrams bool // ReceiveDatagram works: we advertised datagram support
 }
 
 // OpenStream opens a new bidirectional framed stream, waiting while the

@@ -15,6 +15,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
+	"golang.org/x/time/rate"
 )
 
 // A running world streams its command log over HTTP (a server's admin
@@ -32,9 +33,39 @@ import (
 // logToHeader carries the last position of a /replay/log answer.
 const logToHeader = "X-Broadside-Log-To"
 
-// ExportHandler serves the log and the world's configuration of the world
-// world returns (nil while there is none) under /replay/.
-func ExportHandler(world func() *World) http.Handler {
+// ExportLog is what an export reads the log through.
+type ExportLog interface {
+	CheckTail(ctx context.Context) (uint64, error)
+	Read(ctx context.Context, from uint64, max int) ([]msg.Entry, error)
+}
+
+// ExportConfig bounds what log exports may cost the world.
+type ExportConfig struct {
+	// Log returns the exports' own log client (nil while there is none:
+	// exports are refused): never the world's, whose reads and tick
+	// markers an export must not slow down.
+	Log func() ExportLog
+	// BytesPerSecond is the budget of all exports together, in record
+	// bytes read (default 8 MiB/s, a burst of 1 MiB).
+	BytesPerSecond int
+	// MaxConcurrent bounds exports running at once (default 2); more are
+	// refused with 503.
+	MaxConcurrent int
+}
+
+// ExportHandler serves the log (read through cfg.Log, within cfg's
+// budget) and the world's configuration of the world world returns (nil
+// while there is none) under /replay/.
+func ExportHandler(world func() *World, cfg ExportConfig) http.Handler {
+	if cfg.BytesPerSecond <= 0 {
+		cfg.BytesPerSecond = 8 << 20
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 2
+	}
+	burst := min(cfg.BytesPerSecond, 1<<20)
+	budget := rate.NewLimiter(rate.Limit(cfg.BytesPerSecond), burst)
+	slots := make(chan struct{}, cfg.MaxConcurrent)
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(rw, "GET only", http.StatusMethodNotAllowed)
@@ -49,11 +80,29 @@ func ExportHandler(world func() *World) http.Handler {
 			rw.Write(w.cfg.Game.Config)
 			return
 		}
-		streamLog(rw, r, w.cfg.Log)
+		var l ExportLog
+		if cfg.Log != nil {
+			l = cfg.Log()
+		}
+		if l == nil {
+			http.Error(rw, "log export is off (no export log client)", http.StatusServiceUnavailable)
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			http.Error(rw, fmt.Sprintf("%d exports already running", cfg.MaxConcurrent), http.StatusServiceUnavailable)
+			return
+		}
+		streamLog(rw, r, l, budget)
 	})
 }
 
-func streamLog(rw http.ResponseWriter, r *http.Request, l Log) {
+// exportBatch is the most entries one read of an export asks for.
+const exportBatch = 256
+
+func streamLog(rw http.ResponseWriter, r *http.Request, l ExportLog, budget *rate.Limiter) {
 	ctx := r.Context()
 	to, err := strconv.ParseUint(r.URL.Query().Get("to"), 10, 64)
 	if err != nil || to == 0 {
@@ -64,15 +113,32 @@ func streamLog(rw http.ResponseWriter, r *http.Request, l Log) {
 	}
 	rw.Header().Set("Content-Type", "application/octet-stream")
 	rw.Header().Set(logToHeader, strconv.FormatUint(to, 10))
+	rw.WriteHeader(http.StatusOK)
+	if f, ok := rw.(http.Flusher); ok {
+		f.Flush() // the client learns the extent at once, whatever the budget
+	}
 	bw := bufio.NewWriterSize(rw, 64<<10)
 	var hdr []byte
 	for pos := uint64(1); pos <= to; {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		batch, err := l.Read(rctx, pos, int(min(to-pos+1, 4096)))
+		batch, err := l.Read(rctx, pos, int(min(to-pos+1, exportBatch)))
 		cancel()
 		if err != nil || len(batch) == 0 {
 			// The status is sent; a short stream tells the client.
 			return
+		}
+		// Pay for what was read before reading more: the budget bounds
+		// the exports' reads of the log, in bytes.
+		n := 0
+		for _, e := range batch {
+			n += len(e.Record.Data) + 16
+		}
+		for n > 0 {
+			c := min(n, budget.Burst())
+			if err := budget.WaitN(ctx, c); err != nil {
+				return
+			}
+			n -= c
 		}
 		for _, e := range batch {
 			if e.Pos > to {
@@ -106,6 +172,12 @@ type ExportSource struct {
 // configuration (at most maxConfig bytes) and its log up to its current
 // tail.
 func OpenExport(ctx context.Context, admin string, maxConfig int) (src *ExportSource, config []byte, err error) {
+	return OpenExportWithToken(ctx, admin, "", maxConfig)
+}
+
+// OpenExportWithToken is OpenExport with the admin bearer token (serve
+// --admin-token-file; "" sends none).
+func OpenExportWithToken(ctx context.Context, admin, token string, maxConfig int) (src *ExportSource, config []byte, err error) {
 	base := strings.TrimSuffix(admin, "/")
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
@@ -114,6 +186,9 @@ func OpenExport(ctx context.Context, admin string, maxConfig int) (src *ExportSo
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		if err != nil {
 			return nil, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

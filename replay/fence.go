@@ -14,6 +14,13 @@ import (
 // the shard now, so this one stops at once, appending nothing more.
 var ErrFenced = errors.New("replay: runner fenced out by a newer lease")
 
+// ErrSnapshotAheadOfFence is returned by a fenced Runner started from a
+// snapshot that counts outputs its shard's previous owner appended after
+// this runner's lease claim (they are stale, so nobody applied them, and a
+// runner starting after their tick would never produce them again): the
+// shard must be restored from an older snapshot, or from the start.
+var ErrSnapshotAheadOfFence = errors.New("replay: snapshot counts outputs the lease claim fenced out")
+
 // leaseClaimPayload marks a Control envelope as a sector lease claim.
 const leaseClaimPayload = "BSLC"
 

@@ -11,6 +11,7 @@ import (
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/snapshot"
 )
 
 // fencedRun plays a fenced world (every sector under a lease claimed at
@@ -21,18 +22,44 @@ import (
 // appended and may return a record a stale owner would append after it.
 // It returns every sector's hash per tick and the log.
 func fencedRun(t *testing.T, cfg broadside.Config, ticks, takeoverAt uint64, zombie func(msg.Entry) []byte) ([][]uint64, []msg.Entry, []msg.Entry, *replay.Runner) {
+	h, all, z, old, _ := fencedRunStore(t, cfg, ticks, takeoverAt, zombie, nil)
+	return h, all, z, old
+}
+
+// fencedRunStore is fencedRun where, with a store, the old owner of
+// sector 1 snapshots into it (a full snapshot after the tick before the
+// takeover) and the new owner restores from it instead of replaying from
+// the start; it also returns the new owner's starting checkpoint.
+func fencedRunStore(t *testing.T, cfg broadside.Config, ticks, takeoverAt uint64, zombie func(msg.Entry) []byte, store snapshot.Store) ([][]uint64, []msg.Entry, []msg.Entry, *replay.Runner, replay.Checkpoint) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	log := replay.NewMemLog()
 	hashes := make([][]uint64, cfg.Sectors())
+	var start replay.Checkpoint
 	newRunner := func(shard int, epoch uint64) *replay.Runner {
-		sim, err := broadside.NewSector(cfg, shard)
-		if err != nil {
-			t.Fatal(err)
+		var sim replay.Sim
+		var snaps *replay.SnapshotConfig
+		var from replay.Checkpoint
+		switch {
+		case store != nil && shard == 1 && epoch == 100:
+			res, err := replay.RestoreShard(ctx, store, nil, 1, func() (replay.TableSim, error) { return broadside.NewSector(cfg, 1) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			sim, from, start = res.Sim, res.Start, res.Start
+		case store != nil && shard == 1:
+			snaps = &replay.SnapshotConfig{Store: store}
+			fallthrough
+		default:
+			s, err := broadside.NewSector(cfg, shard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sim = s
 		}
-		r, err := replay.NewRunner(replay.RunnerConfig{World: 1, Shard: uint32(shard), Sim: sim, Source: log.Subscribe(1), Appender: log,
-			Epoch: epoch, Logger: slog.New(slog.DiscardHandler),
+		r, err := replay.NewRunner(replay.RunnerConfig{World: 1, Shard: uint32(shard), Sim: sim, Source: log.Subscribe(from.Pos + 1), Appender: log,
+			Start: from, Snapshots: snaps, Epoch: epoch, Logger: slog.New(slog.DiscardHandler),
 			Observer: func(info replay.TickInfo) {
 				if h := &hashes[shard]; uint64(len(*h)) < info.Tick {
 					*h = append(*h, info.Hash)
@@ -67,6 +94,9 @@ func fencedRun(t *testing.T, cfg broadside.Config, ticks, takeoverAt uint64, zom
 			runners[1] = newRunner(1, 100)
 			scanned = log.Tail()
 		}
+		if store != nil && n == takeoverAt-1 {
+			runners[1].SnapshotNext()
+		}
 		if err := log.AppendWithID(ctx, msg.RecordID{Client: replay.TickerClientID(1), Seq: n}, tickRec(n)); err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +117,27 @@ func fencedRun(t *testing.T, cfg broadside.Config, ticks, takeoverAt uint64, zom
 			scanned = log.Tail()
 		}
 	}
-	return hashes, log.Entries(1), zombieRecs, old
+	return hashes, log.Entries(1), zombieRecs, old, start
+}
+
+// A new owner restores the sector from the old owner's snapshot (with its
+// fence table) rather than replaying from the start, and the world goes on
+// exactly as if it had replayed.
+func TestTakeoverFromSnapshot(t *testing.T) {
+	cfg := testWorld(7)
+	const ticks, takeoverAt = 120, 60
+	replayed, _, _, _ := fencedRun(t, cfg, ticks, takeoverAt, nil)
+	store := snapshot.NewMemStore()
+	got, entries, _, _, start := fencedRunStore(t, cfg, ticks, takeoverAt, nil, store)
+	if start.Tick != takeoverAt-1 || len(start.Fences) == 0 {
+		t.Fatalf("the new owner started at %+v, want the snapshot of tick %d with its fences", start, takeoverAt-1)
+	}
+	if s, tick, diff := firstDiff(replayed, got); diff {
+		t.Fatalf("restored takeover differs from a replayed one: sector %d tick %d", s, tick)
+	}
+	if s, tick, diff := firstDiff(got, resimulate(t, cfg, entries)); diff {
+		t.Fatalf("live hashes differ from a re-simulation: sector %d tick %d", s, tick)
+	}
 }
 
 // resimulate replays every sector over entries offline (unfenced runners,

@@ -234,6 +234,7 @@ type Runner struct {
 	pending        []Command
 	fences         fenceTable
 	fencedOut      bool
+	aheadOfFence   bool
 
 	running  atomic.Bool
 	killed   atomic.Bool
@@ -482,6 +483,9 @@ func (r *Runner) run(parent context.Context, until uint64) (err error) {
 		if r.fencedOut {
 			return fmt.Errorf("replay: shard %d at position %d: %w", r.cfg.Shard, e.Pos, ErrFenced)
 		}
+		if r.aheadOfFence {
+			return fmt.Errorf("replay: shard %d at its claim (position %d): %w", r.cfg.Shard, e.Pos, ErrSnapshotAheadOfFence)
+		}
 	}
 	clean = true
 	return nil
@@ -597,6 +601,12 @@ func (r *Runner) leaseClaim(shard uint32, epoch uint64) {
 		return
 	}
 	switch {
+	case epoch == r.cfg.Epoch && f.Base < r.cfg.Start.OutputSeq:
+		// The snapshot this runner started from counts outputs that never
+		// became valid (its previous owner appended them after this
+		// claim): starting after their tick, it would never produce them
+		// again. Stop rather than lose them.
+		r.aheadOfFence = true
 	case epoch == r.cfg.Epoch:
 		r.outs.open(f.Base)
 	case epoch > r.cfg.Epoch:

@@ -235,3 +235,109 @@ func TestZombieOwnerChangesNothing(t *testing.T) {
 	}
 	t.Logf("%d stale migrations appended by the zombie after the takeover at tick %d; %d ticks x %d sectors identical", copies, takeoverAt, ticks, cfg.Sectors())
 }
+
+// The old owner's outputs of its last tick land after the new owner's
+// claim (it was paused between stepping and appending): they are stale,
+// and its snapshot of that tick counts them. A new owner restored from
+// that snapshot would never produce them again, so it refuses to run
+// rather than lose them.
+func TestSnapshotAheadOfFenceRefused(t *testing.T) {
+	cfg := testWorld(7)
+	const last = 59 // sector 1 migrates ships at tick 59 in this world
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := replay.NewMemLog()
+	store := snapshot.NewMemStore()
+	runners := make([]*replay.Runner, cfg.Sectors())
+	for i := range runners {
+		if err := log.Append(ctx, replay.LeaseClaimRecord(uint32(i), uint64(10+i))); err != nil {
+			t.Fatal(err)
+		}
+		sim, err := broadside.NewSector(cfg, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var snaps *replay.SnapshotConfig
+		if i == 1 {
+			snaps = &replay.SnapshotConfig{Store: store}
+		}
+		if runners[i], err = replay.NewRunner(replay.RunnerConfig{World: 1, Shard: uint32(i), Sim: sim, Source: log.Subscribe(1), Appender: log,
+			Snapshots: snaps, Epoch: uint64(10 + i), Logger: slog.New(slog.DiscardHandler)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bots := newScriptBots(12, cfg.Seed)
+	step := func(n uint64, rs []*replay.Runner) error {
+		for _, r := range rs {
+			if err := r.RunUntil(ctx, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for n := uint64(1); n <= last; n++ {
+		for _, b := range bots.records(n) {
+			if err := log.Append(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n == last {
+			runners[1].SnapshotNext()
+		}
+		if err := log.AppendWithID(ctx, msg.RecordID{Client: replay.TickerClientID(1), Seq: n}, tickRec(n)); err != nil {
+			t.Fatal(err)
+		}
+		if n == last {
+			if err := log.Append(ctx, replay.LeaseClaimRecord(1, 100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := step(n, runners); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := replay.RestoreShard(ctx, store, nil, 1, func() (replay.TableSim, error) { return broadside.NewSector(cfg, 1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Start.Tick != last {
+		t.Fatalf("restored at tick %d, want %d", res.Start.Tick, last)
+	}
+	newOwner, err := replay.NewRunner(replay.RunnerConfig{World: 1, Shard: 1, Sim: res.Sim, Source: log.Subscribe(res.Start.Pos + 1), Appender: log,
+		Start: res.Start, Epoch: 100, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := log.AppendWithID(ctx, msg.RecordID{Client: replay.TickerClientID(1), Seq: last + 1}, tickRec(last+1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := newOwner.RunUntil(ctx, last+1); !errors.Is(err, replay.ErrSnapshotAheadOfFence) {
+		t.Fatalf("new owner on a snapshot ahead of its fence: %v, want ErrSnapshotAheadOfFence", err)
+	}
+	// The other sectors saw the old owner's late outputs as stale.
+	if err := step(last+1, []*replay.Runner{runners[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if st := runners[0].Stats(); st.Stale == 0 {
+		t.Fatalf("sector 0 ignored no stale output: %+v", st)
+	}
+	// From the start, the new owner reproduces them and goes on.
+	fresh, err := broadside.NewSector(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayer, err := replay.NewRunner(replay.RunnerConfig{World: 1, Shard: 1, Sim: fresh, Source: log.Subscribe(1), Appender: log,
+		Epoch: 100, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replayer.RunUntil(ctx, last+1); err != nil {
+		t.Fatal(err)
+	}
+	// The old owner produced Outputs through tick last; the fenced-out
+	// ones are not AlreadyLogged for the new owner: it appends them again.
+	oldOuts, st := runners[1].Stats().Outputs, replayer.Stats()
+	if st.AlreadyLogged >= oldOuts || st.Appended+st.AlreadyLogged != st.Outputs {
+		t.Fatalf("the old owner produced %d outputs; the new owner found %d logged and appended %d of %d", oldOuts, st.AlreadyLogged, st.Appended, st.Outputs)
+	}
+}

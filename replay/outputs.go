@@ -32,6 +32,31 @@ type outputQueue struct {
 	seen atomic.Uint64
 
 	appended, skipped, dropped atomic.Uint64
+
+	// A fenced queue (RunnerConfig.Epoch) appends with fencedClient, and
+	// only once gate is closed (open): its runner read its own lease
+	// claim, and with it base, the outputs of the shard before the claim.
+	fenced       bool
+	fencedClient uint64
+	gate         chan struct{}
+	base         atomic.Uint64
+	opened       atomic.Bool
+}
+
+// open lets a fenced queue append, counting its request ids from base.
+func (q *outputQueue) open(base uint64) {
+	if q.opened.CompareAndSwap(false, true) {
+		q.base.Store(base)
+		close(q.gate)
+	}
+}
+
+// recordID returns the record id of output seq.
+func (q *outputQueue) recordID(seq uint64) msg.RecordID {
+	if q.fenced {
+		return msg.RecordID{Client: q.fencedClient, Seq: seq - q.base.Load()}
+	}
+	return msg.RecordID{Client: q.client, Seq: seq}
 }
 
 type outItem struct {
@@ -68,6 +93,18 @@ func (q *outputQueue) run(ctx context.Context, app Appender, log *slog.Logger) e
 		q.mu.Lock()
 		batch, q.items = q.items, batch[:0]
 		q.mu.Unlock()
+		if len(batch) > 0 && q.fenced && !q.opened.Load() {
+			q.mu.Lock()
+			q.items = append(batch, q.items...)
+			q.mu.Unlock()
+			batch = nil
+			select {
+			case <-q.gate:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		if len(batch) == 0 {
 			select {
 			case <-q.wake:
@@ -86,6 +123,9 @@ func (q *outputQueue) run(ctx context.Context, app Appender, log *slog.Logger) e
 // (a Synchronous runner's tick loop) and returns when they are durable or
 // ctx ended.
 func (q *outputQueue) appendQueued(ctx context.Context, app Appender, log *slog.Logger) error {
+	if q.fenced && !q.opened.Load() {
+		return nil // kept until the runner reads its claim
+	}
 	q.mu.Lock()
 	batch := q.items
 	q.items = nil
@@ -102,7 +142,7 @@ func (q *outputQueue) appendBatch(ctx context.Context, app Appender, batch []out
 			q.acked.raise(it.tick)
 			continue
 		}
-		if it.seq <= q.seen.Load() {
+		if it.seq <= q.seen.Load() || (q.fenced && it.seq <= q.base.Load()) {
 			q.skipped.Add(1)
 		} else if err := q.appendOne(ctx, app, it, log); err != nil {
 			return err
@@ -117,7 +157,7 @@ func (q *outputQueue) appendBatch(ctx context.Context, app Appender, batch []out
 func (q *outputQueue) appendOne(ctx context.Context, app Appender, it *outItem, log *slog.Logger) error {
 	backoff := 5 * time.Millisecond
 	for {
-		err := app.AppendWithID(ctx, msg.RecordID{Client: q.client, Seq: it.seq}, it.data)
+		err := app.AppendWithID(ctx, q.recordID(it.seq), it.data)
 		if err == nil {
 			q.appended.Add(1)
 			return nil

@@ -61,7 +61,7 @@ func restoreChain(t *rapid.T, rec *recording, store snapshot.Store, chain []snap
 			t.Fatal(err)
 		}
 		got, sc, err := codec.Decode(b)
-		if err != nil || got != m {
+		if err != nil || !got.Equal(m) {
 			t.Fatalf("snapshot at tick %d: %v (meta %+v, listed %+v)", m.Tick, err, got, m)
 		}
 		if k == 0 {

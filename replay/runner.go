@@ -44,11 +44,13 @@ type Checkpoint struct {
 	Tick      uint64
 	Pos       uint64
 	OutputSeq uint64
+	// Fences is the fencing state at Pos (snapshot.Meta.Fences).
+	Fences []snapshot.Fence
 }
 
 // CheckpointOf returns the checkpoint a snapshot was taken at.
 func CheckpointOf(m snapshot.Meta) Checkpoint {
-	return Checkpoint{Tick: m.Tick, Pos: m.Pos, OutputSeq: m.OutputSeq}
+	return Checkpoint{Tick: m.Tick, Pos: m.Pos, OutputSeq: m.OutputSeq, Fences: m.Fences}
 }
 
 // SnapshotKind says whether a tick ended with a capture.
@@ -121,6 +123,14 @@ type RunnerConfig struct {
 	Source Source
 	// Start is where Sim stands (zero: the start of the world).
 	Start Checkpoint
+	// Epoch is the fencing epoch of the lease under which this runner
+	// runs its shard (0: unfenced, a world in one process). A fenced
+	// runner tags its outputs with it, appends none until it has read its
+	// own lease claim (LeaseClaimRecord) from the log, and stops with
+	// ErrFenced when it reads a claim of its shard with a higher epoch.
+	// Every runner, fenced or not, ignores an output whose epoch is not
+	// the one its source shard's latest claim (in log order) announced.
+	Epoch uint64
 	// Appender receives the sim's outputs; nil drops them (offline replay
 	// of a log that already holds them).
 	Appender Appender
@@ -177,6 +187,9 @@ type RunnerStats struct {
 	// not (control records, migrations for other shards, stale tick
 	// markers); Malformed the ones skipped as undecodable or invalid.
 	Entries, Commands, Migrations, Ignored, Malformed uint64
+	// Stale counts the outputs ignored for a stale lease epoch (fencing);
+	// Claims the lease claims read.
+	Stale, Claims uint64
 	// Ticks counts steps; GapTicks those stepped empty for a skipped
 	// marker.
 	Ticks, GapTicks uint64
@@ -219,6 +232,9 @@ type Runner struct {
 	lineageFlushed uint64 // tick of the last recorder flush
 	pos            uint64 // last entry read
 	pending        []Command
+	fences         fenceTable
+	fencedOut      bool
+	aheadOfFence   bool
 
 	running  atomic.Bool
 	killed   atomic.Bool
@@ -230,6 +246,7 @@ type Runner struct {
 	atPos    atomic.Uint64 // last position read
 
 	entries, commands, migrations, ignored, malformed atomic.Uint64
+	stale, claims                                     atomic.Uint64
 	lineageErrs                                       atomic.Uint64
 	ticks, gapTicks, outputs, captures, skippedCaps   atomic.Uint64
 }
@@ -258,19 +275,34 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cfg.Clock = SystemClock{}
 	}
 	r := &Runner{
-		cfg:   cfg,
-		sim:   cfg.Sim,
-		rec:   cfg.Recorder,
-		log:   cfg.Logger.With("shard", cfg.Shard),
-		hist:  NewHashHistory(cfg.HistoryTicks),
-		clock: cfg.Clock,
-		cp:    cfg.Start,
-		pos:   cfg.Start.Pos,
-		outs:  newOutputQueue(OutputClientID(cfg.World, cfg.Shard), cfg.Start.Tick, cfg.Clock),
+		cfg:    cfg,
+		sim:    cfg.Sim,
+		rec:    cfg.Recorder,
+		log:    cfg.Logger.With("shard", cfg.Shard),
+		hist:   NewHashHistory(cfg.HistoryTicks),
+		clock:  cfg.Clock,
+		cp:     cfg.Start,
+		pos:    cfg.Start.Pos,
+		outs:   newOutputQueue(OutputClientID(cfg.World, cfg.Shard), cfg.Start.Tick, cfg.Clock),
+		fences: fenceTableOf(cfg.Start.Fences),
+	}
+	if cfg.Epoch != 0 {
+		r.outs.fenced = true
+		r.outs.fencedClient = FencedOutputClientID(cfg.World, cfg.Shard, cfg.Epoch)
+		r.outs.gate = make(chan struct{})
+		if f, ok := r.fences[cfg.Shard]; ok && f.Epoch == cfg.Epoch {
+			r.outs.open(f.Base) // its claim is before the checkpoint
+		}
 	}
 	r.tickRec, _ = cfg.Recorder.(lineage.TickRecorder)
 	r.flusher, _ = cfg.Recorder.(interface{ Flush(context.Context) error })
 	r.outs.seen.Store(cfg.Start.OutputSeq)
+	if f, ok := r.fences[cfg.Shard]; ok {
+		// A fenced shard: its outputs through the checkpoint are durable,
+		// but only those read back as valid count (an output of a stale
+		// owner is appended again).
+		r.outs.seen.Store(f.Seen)
+	}
 	r.atTick.Store(cfg.Start.Tick)
 	r.atPos.Store(cfg.Start.Pos)
 	r.progress.Store(r.clock.Now().UnixNano())
@@ -331,7 +363,7 @@ func (r *Runner) Checkpoint() Checkpoint { return r.cp }
 func (r *Runner) Stats() RunnerStats {
 	return RunnerStats{
 		Entries: r.entries.Load(), Commands: r.commands.Load(), Migrations: r.migrations.Load(),
-		Ignored: r.ignored.Load(), Malformed: r.malformed.Load(),
+		Ignored: r.ignored.Load(), Malformed: r.malformed.Load(), Stale: r.stale.Load(), Claims: r.claims.Load(),
 		Ticks: r.ticks.Load(), GapTicks: r.gapTicks.Load(),
 		Outputs: r.outputs.Load(), Appended: r.outs.appended.Load(), AlreadyLogged: r.outs.skipped.Load(),
 		Dropped: r.outs.dropped.Load(), PendingOutputs: r.outs.pending(),
@@ -448,6 +480,12 @@ func (r *Runner) run(parent context.Context, until uint64) (err error) {
 			return fmt.Errorf("replay: shard %d: read after %d: %w", r.cfg.Shard, r.pos, err)
 		}
 		r.consume(ctx, e)
+		if r.fencedOut {
+			return fmt.Errorf("replay: shard %d at position %d: %w", r.cfg.Shard, e.Pos, ErrFenced)
+		}
+		if r.aheadOfFence {
+			return fmt.Errorf("replay: shard %d at its claim (position %d): %w", r.cfg.Shard, e.Pos, ErrSnapshotAheadOfFence)
+		}
 	}
 	clean = true
 	return nil
@@ -477,8 +515,8 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 	r.pos = e.Pos
 	r.atPos.Store(e.Pos)
 	r.entries.Add(1)
-	if e.Record.ID.Client == r.outs.client && e.Record.ID.Seq > r.outs.seen.Load() {
-		r.outs.seen.Store(e.Record.ID.Seq)
+	if e.Record.ID.Client == r.outs.client && e.Record.ID.Seq > r.outs.seen.Load() && r.fences[r.cfg.Shard].Epoch == 0 {
+		r.outs.seen.Store(e.Record.ID.Seq) // an unfenced output of this shard
 	}
 	var env wire.Envelope
 	if err := decodeRecord(e.Record.Data, &env); err != nil {
@@ -495,7 +533,31 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 		}
 		r.commands.Add(1)
 		r.pending = append(r.pending, Command{Pos: e.Pos, Player: env.Player, ClientSeq: env.ClientSeq, Payload: env.Payload})
+	case wire.EnvelopeControl:
+		if isLeaseClaim(&env) {
+			r.leaseClaim(env.Shard, env.Epoch)
+			return
+		}
+		r.ignored.Add(1)
 	case wire.EnvelopeMigration:
+		if env.Epoch != 0 || r.fences[sourceOf(e.Record.ID.Client)].Epoch != 0 {
+			// A fenced output, or an unfenced one of a shard now fenced.
+			src := env.Source
+			if env.Epoch == 0 {
+				src = sourceOf(e.Record.ID.Client)
+			}
+			if r.fences[src].Epoch != env.Epoch {
+				r.stale.Add(1)
+				return
+			}
+			if f := r.fences[src]; src == r.cfg.Shard && env.ClientSeq > f.Seen {
+				f.Seen = env.ClientSeq
+				r.fences[src] = f
+				if env.ClientSeq > r.outs.seen.Load() {
+					r.outs.seen.Store(env.ClientSeq)
+				}
+			}
+		}
 		if env.Shard != r.cfg.Shard && env.Shard != BroadcastShard {
 			r.ignored.Add(1)
 			return
@@ -504,6 +566,51 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 		r.pending = append(r.pending, Command{Pos: e.Pos, ClientSeq: env.ClientSeq, Payload: env.Payload})
 	default:
 		r.ignored.Add(1)
+	}
+}
+
+// sourceOf returns the shard of an unfenced output's client id
+// (OutputClientID), or BroadcastShard for any other id.
+func sourceOf(client uint64) uint32 {
+	if client&(0xFFFF<<48) != engineClientTag|outputClientKind {
+		return BroadcastShard
+	}
+	return uint32(client & (MaxShards - 1))
+}
+
+// leaseClaim takes the claim of shard's lease at epoch: a newer epoch
+// fences out every older one from here on.
+func (r *Runner) leaseClaim(shard uint32, epoch uint64) {
+	r.claims.Add(1)
+	f := r.fences[shard]
+	if epoch <= f.Epoch {
+		r.ignored.Add(1) // a stale or repeated claim
+		return
+	}
+	f.Shard, f.Epoch = shard, epoch
+	if shard == r.cfg.Shard {
+		// Every valid output of this shard before the claim was read:
+		// they are appended in order, each durable before the next.
+		if _, ok := r.fences[shard]; !ok {
+			f.Seen = r.outs.seen.Load() // the unfenced outputs so far
+		}
+		f.Base = f.Seen
+	}
+	r.fences[shard] = f
+	if shard != r.cfg.Shard || r.cfg.Epoch == 0 {
+		return
+	}
+	switch {
+	case epoch == r.cfg.Epoch && f.Base < r.cfg.Start.OutputSeq:
+		// The snapshot this runner started from counts outputs that never
+		// became valid (its previous owner appended them after this
+		// claim): starting after their tick, it would never produce them
+		// again. Stop rather than lose them.
+		r.aheadOfFence = true
+	case epoch == r.cfg.Epoch:
+		r.outs.open(f.Base)
+	case epoch > r.cfg.Epoch:
+		r.fencedOut = true
 	}
 }
 
@@ -526,6 +633,8 @@ func decodeRecord(b []byte, env *wire.Envelope) error {
 		ClientSeq: t.ClientSeq(),
 		Shard:     t.Shard(),
 		Payload:   t.PayloadBytes(),
+		Epoch:     t.Epoch(),
+		Source:    t.Source(),
 	}
 	if !env.Kind.Valid() {
 		return fmt.Errorf("replay: record kind %d: %w", env.Kind, wire.ErrMalformed)
@@ -593,7 +702,11 @@ func (r *Runner) step(ctx context.Context, tick uint64, cmds []Command, pos uint
 		if r.cfg.Appender == nil {
 			continue
 		}
-		data := wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeMigration, Tick: tick, Shard: BroadcastShard, ClientSeq: r.cp.OutputSeq, Payload: o.Payload})
+		env := wire.Envelope{Kind: wire.EnvelopeMigration, Tick: tick, Shard: BroadcastShard, ClientSeq: r.cp.OutputSeq, Payload: o.Payload}
+		if r.cfg.Epoch != 0 {
+			env.Epoch, env.Source = r.cfg.Epoch, r.cfg.Shard
+		}
+		data := wire.EncodeEnvelope(nil, env)
 		r.outs.push(outItem{tick: tick, seq: r.cp.OutputSeq, data: data})
 	}
 	if r.cfg.Appender != nil {
@@ -699,7 +812,8 @@ func (r *Runner) maybeCapture(tick, pos, hash uint64) (time.Duration, SnapshotKi
 		ready = nil
 	}
 	r.writer.Submit(snapshot.Job{
-		Meta:    snapshot.Meta{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, OutputSeq: r.cp.OutputSeq, Full: full},
+		Meta: snapshot.Meta{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, OutputSeq: r.cp.OutputSeq, Full: full,
+			Fences: r.fences.list()},
 		Capture: buf,
 		Ready:   ready,
 	})

@@ -72,6 +72,8 @@ const (
 	engineClientTag  = uint64(0xB5) << 56
 	tickerClientKind = uint64(1) << 48
 	outputClientKind = uint64(2) << 48
+	// fencedOutputClientKind tags FencedOutputClientID.
+	fencedOutputClientKind = uint64(3) << 48
 	// MaxShards bounds a world's shard ids (they are 16 bits in output
 	// client ids).
 	MaxShards = 1 << 16

@@ -50,6 +50,11 @@ type Envelope struct {
 	ClientSeq uint64 // the player's command sequence number
 	Shard     uint32 // sim shard a record is addressed to
 	Payload   []byte // kind-specific bytes (a GameCommand for PlayerCommand)
+	// Epoch is the fencing epoch of the sector lease a Migration was
+	// produced under, or that a lease claim announces (0: unfenced).
+	Epoch uint64
+	// Source is the sim shard that produced a Migration with an Epoch.
+	Source uint32
 }
 
 // EncodeEnvelope appends the encoding of e to dst and returns the extended
@@ -63,9 +68,11 @@ func EncodeEnvelope(dst []byte, e Envelope) []byte {
 	fb.EnvelopeStart(b)
 	fb.EnvelopeAddTick(b, e.Tick)
 	fb.EnvelopeAddClientSeq(b, e.ClientSeq)
+	fb.EnvelopeAddEpoch(b, e.Epoch)
 	fb.EnvelopeAddPayload(b, payload)
 	fb.EnvelopeAddPlayer(b, e.Player)
 	fb.EnvelopeAddShard(b, e.Shard)
+	fb.EnvelopeAddSource(b, e.Source)
 	fb.EnvelopeAddKind(b, fb.EnvelopeKind(e.Kind))
 	return finish(dst, b, fb.EnvelopeEnd(b), envelopeIdent)
 }
@@ -87,6 +94,8 @@ func DecodeEnvelope(b []byte) (Envelope, error) {
 		Player:    t.Player(),
 		ClientSeq: t.ClientSeq(),
 		Shard:     t.Shard(),
+		Epoch:     t.Epoch(),
+		Source:    t.Source(),
 	}
 	if !e.Kind.Valid() {
 		return Envelope{}, fmt.Errorf("wire: Envelope: field 0: unknown kind %d: %w", e.Kind, ErrMalformed)

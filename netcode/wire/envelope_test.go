@@ -16,9 +16,10 @@ var envelopeCases = []Envelope{
 	{Kind: EnvelopeTick, Tick: 1},
 	{Kind: EnvelopePlayerCommand, Tick: 7, Player: 42, ClientSeq: 9, Shard: 3, Payload: []byte("fire port")},
 	{Kind: EnvelopeMigration, Tick: 100, Shard: 2, Payload: make([]byte, 1000)},
+	{Kind: EnvelopeMigration, Tick: 100, Shard: math.MaxUint32, ClientSeq: 5, Epoch: 77, Source: 3, Payload: []byte{9}},
 	{Kind: EnvelopeControl, Payload: []byte{0}},
 	{Kind: EnvelopeControl, Tick: math.MaxUint64, Player: math.MaxUint32, ClientSeq: math.MaxUint64,
-		Shard: math.MaxUint32, Payload: []byte{1, 2, 3}},
+		Shard: math.MaxUint32, Payload: []byte{1, 2, 3}, Epoch: math.MaxUint64, Source: math.MaxUint32},
 }
 
 var gameCommandCases = []GameCommand{

@@ -53,6 +53,8 @@ func VerifyEnvelope(buf []byte) error {
 			t.Field(3, 8, 8), // client_seq
 			t.Field(4, 4, 4), // shard
 			vector(t, 5, 1),  // payload
+			t.Field(6, 8, 8), // epoch
+			t.Field(7, 4, 4), // source
 		)
 	}
 	if err != nil {

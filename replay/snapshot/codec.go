@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"reflect"
 	"sync"
 
 	"github.com/anoptic/broadside/replay/table"
@@ -70,7 +71,29 @@ type Meta struct {
 	// (1 for a base); ChainRawBytes sums their RawBytes (the restore work).
 	ChainLen      uint32
 	ChainRawBytes uint64
+	// Fences is the shard's fencing state at Tick (replay.Runner's: the
+	// lease epoch current for each source shard whose outputs carry one,
+	// sorted by shard); empty in a world without leases.
+	Fences []Fence
 }
+
+// Equal reports whether m and o are the same metadata.
+func (m Meta) Equal(o Meta) bool {
+	return reflect.DeepEqual(m, o)
+}
+
+// Fence is the fencing state of one source shard's outputs at a log
+// position: the epoch of its newest lease claim, and Base, the number of
+// its valid outputs before that claim (the new owner's first output is
+// Base+1); for the snapshot's own shard, Seen is the newest of its valid
+// outputs at or before Pos (a restored runner re-appends those after it).
+type Fence struct {
+	Shard             uint32
+	Epoch, Base, Seen uint64
+}
+
+// MaxFences bounds the fence entries of one snapshot.
+const MaxFences = 1 << 16
 
 // Encoded snapshot (all integers little-endian):
 //
@@ -82,6 +105,10 @@ type Meta struct {
 //	payload: stored-bytes bytes (zstd frame of a table.SetCapture encoding)
 //	crc32c u32 of everything before it
 //
+// Version 2 (written only when Fences is not empty) follows the header
+// with the fences: count u32, then per fence shard u32 | epoch u64 | base
+// u64 | seen u64, in increasing shard order.
+//
 // The metadata alone (what Store.List returns) is the same header with an
 // empty payload (stored bytes as recorded) and its own checksum.
 const (
@@ -89,9 +116,20 @@ const (
 	version   = 1
 	flagFull  = 1
 	headerLen = 8 + 8 + 11*8
-	// MetaLen is the length of an encoded Meta (EncodeMeta).
-	MetaLen = headerLen + 4
+	// MetaLen is the length of an encoded Meta without fences
+	// (EncodeMeta).
+	MetaLen       = headerLen + 4
+	versionFenced = 2
+	fenceLen      = 4 + 8 + 8 + 8
 )
+
+// encodedHeaderLen returns the length of m's header, fences included.
+func encodedHeaderLen(m *Meta) int {
+	if len(m.Fences) == 0 {
+		return headerLen
+	}
+	return headerLen + 4 + fenceLen*len(m.Fences)
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -102,11 +140,24 @@ func appendHeader(b []byte, m *Meta) []byte {
 		flags |= flagFull
 	}
 	b = append(b, magic...)
-	b = append(b, version, flags, 0, 0)
+	v := byte(version)
+	if len(m.Fences) > 0 {
+		v = versionFenced
+	}
+	b = append(b, v, flags, 0, 0)
 	b = le.AppendUint32(b, m.Shard)
 	b = le.AppendUint32(b, m.ChainLen)
 	for _, v := range [...]uint64{m.Tick, m.Pos, m.Hash, m.SetHash, m.Base, m.Prev, m.Epoch, m.OutputSeq, m.RawBytes, m.StoredBytes, m.ChainRawBytes} {
 		b = le.AppendUint64(b, v)
+	}
+	if len(m.Fences) > 0 {
+		b = le.AppendUint32(b, uint32(len(m.Fences)))
+		for _, f := range m.Fences {
+			b = le.AppendUint32(b, f.Shard)
+			b = le.AppendUint64(b, f.Epoch)
+			b = le.AppendUint64(b, f.Base)
+			b = le.AppendUint64(b, f.Seen)
+		}
 	}
 	return b
 }
@@ -123,6 +174,14 @@ func (m *Meta) Validate() error {
 	case m.ChainLen == 0 || m.ChainLen > MaxChainLen || m.ChainRawBytes < m.RawBytes:
 		return fmt.Errorf("%w: shard %d tick %d: chain of %d (%d raw bytes)", ErrCorrupt, m.Shard, m.Tick, m.ChainLen, m.ChainRawBytes)
 	}
+	if len(m.Fences) > MaxFences {
+		return fmt.Errorf("%w: shard %d tick %d: %d fences", ErrCorrupt, m.Shard, m.Tick, len(m.Fences))
+	}
+	for i, f := range m.Fences {
+		if f.Epoch == 0 || (i > 0 && f.Shard <= m.Fences[i-1].Shard) {
+			return fmt.Errorf("%w: shard %d tick %d: fence %d (shard %d epoch %d) out of order or empty", ErrCorrupt, m.Shard, m.Tick, i, f.Shard, f.Epoch)
+		}
+	}
 	if m.Full {
 		if m.Base != m.Tick || m.Prev != 0 || m.ChainLen != 1 || m.ChainRawBytes != m.RawBytes {
 			return fmt.Errorf("%w: shard %d tick %d: full snapshot with base %d prev %d chain %d", ErrCorrupt, m.Shard, m.Tick, m.Base, m.Prev, m.ChainLen)
@@ -135,30 +194,47 @@ func (m *Meta) Validate() error {
 	return nil
 }
 
-// EncodeMeta returns m's encoding (MetaLen bytes), as stores keep it for
-// listing.
+// EncodeMeta returns m's encoding (MetaLen bytes without fences), as
+// stores keep it for listing.
 func EncodeMeta(m Meta) []byte {
-	b := appendHeader(make([]byte, 0, MetaLen), &m)
+	b := appendHeader(make([]byte, 0, encodedHeaderLen(&m)+4), &m)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 // DecodeMeta decodes and validates an encoded Meta. It never panics.
 func DecodeMeta(b []byte) (Meta, error) {
-	if len(b) != MetaLen {
-		return Meta{}, fmt.Errorf("%w: metadata of %d bytes, want %d", ErrCorrupt, len(b), MetaLen)
+	if len(b) < MetaLen {
+		return Meta{}, fmt.Errorf("%w: metadata of %d bytes, want %d or more", ErrCorrupt, len(b), MetaLen)
 	}
-	if got, want := crc32.Checksum(b[:headerLen], castagnoli), binary.LittleEndian.Uint32(b[headerLen:]); got != want {
+	n := len(b) - 4
+	if got, want := crc32.Checksum(b[:n], castagnoli), binary.LittleEndian.Uint32(b[n:]); got != want {
 		return Meta{}, fmt.Errorf("%w: metadata checksum %#x, want %#x", ErrCorrupt, got, want)
 	}
-	return decodeHeader(b)
+	m, hl, err := decodeHeader(b[:n])
+	if err == nil && hl != n {
+		return Meta{}, fmt.Errorf("%w: metadata of %d bytes, header of %d", ErrCorrupt, n, hl)
+	}
+	return m, err
 }
 
-func decodeHeader(b []byte) (Meta, error) {
-	if len(b) < headerLen {
-		return Meta{}, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
+// decodeHeader decodes the header at the start of b and returns its length.
+func decodeHeader(b []byte) (Meta, int, error) {
+	m, n, err := decodeHeaderOnly(b)
+	if err != nil {
+		return Meta{}, 0, err
 	}
-	if string(b[:4]) != magic || b[4] != version || b[5]&^flagFull != 0 || b[6] != 0 || b[7] != 0 {
-		return Meta{}, fmt.Errorf("%w: bad header", ErrCorrupt)
+	if err := m.Validate(); err != nil {
+		return Meta{}, 0, err
+	}
+	return m, n, nil
+}
+
+func decodeHeaderOnly(b []byte) (Meta, int, error) {
+	if len(b) < headerLen {
+		return Meta{}, 0, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
+	}
+	if string(b[:4]) != magic || (b[4] != version && b[4] != versionFenced) || b[5]&^flagFull != 0 || b[6] != 0 || b[7] != 0 {
+		return Meta{}, 0, fmt.Errorf("%w: bad header", ErrCorrupt)
 	}
 	le := binary.LittleEndian
 	m := Meta{Full: b[5]&flagFull != 0, Shard: le.Uint32(b[8:]), ChainLen: le.Uint32(b[12:])}
@@ -166,10 +242,23 @@ func decodeHeader(b []byte) (Meta, error) {
 	for k, p := range vals {
 		*p = le.Uint64(b[16+8*k:])
 	}
-	if err := m.Validate(); err != nil {
-		return Meta{}, err
+	if b[4] == version {
+		return m, headerLen, nil
 	}
-	return m, nil
+	if len(b) < headerLen+4 {
+		return Meta{}, 0, fmt.Errorf("%w: fenced header of %d bytes", ErrCorrupt, len(b))
+	}
+	count := le.Uint32(b[headerLen:])
+	if count == 0 || count > MaxFences || uint64(len(b)-headerLen-4) < uint64(count)*fenceLen {
+		return Meta{}, 0, fmt.Errorf("%w: %d fences in %d bytes", ErrCorrupt, count, len(b)-headerLen-4)
+	}
+	m.Fences = make([]Fence, count)
+	off := headerLen + 4
+	for i := range m.Fences {
+		m.Fences[i] = Fence{Shard: le.Uint32(b[off:]), Epoch: le.Uint64(b[off+4:]), Base: le.Uint64(b[off+12:]), Seen: le.Uint64(b[off+20:])}
+		off += fenceLen
+	}
+	return m, off, nil
 }
 
 // Codec compresses and decompresses snapshot payloads. It holds one zstd
@@ -239,11 +328,11 @@ func (c *Codec) Decode(b []byte) (Meta, *table.SetCapture, error) {
 	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(b[len(b)-4:]); got != want {
 		return Meta{}, nil, fmt.Errorf("%w: checksum %#x, want %#x", ErrCorrupt, got, want)
 	}
-	m, err := decodeHeader(body)
+	m, hl, err := decodeHeader(body)
 	if err != nil {
 		return Meta{}, nil, err
 	}
-	payload := body[headerLen:]
+	payload := body[hl:]
 	if uint64(len(payload)) != m.StoredBytes {
 		return Meta{}, nil, fmt.Errorf("%w: shard %d tick %d: payload of %d bytes, recorded %d", ErrCorrupt, m.Shard, m.Tick, len(payload), m.StoredBytes)
 	}

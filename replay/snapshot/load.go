@@ -114,7 +114,7 @@ func Latest(ctx context.Context, store Store, codec *Codec, shard uint32, restor
 		if err == nil {
 			var got Meta
 			got, sc, err = codec.Decode(b)
-			if err == nil && got != m {
+			if err == nil && !got.Equal(m) {
 				err = fmt.Errorf("%w: shard %d tick %d: snapshot does not match its metadata", ErrCorrupt, shard, m.Tick)
 			}
 		}

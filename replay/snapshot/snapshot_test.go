@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -77,6 +78,33 @@ func encodeCapture(t testing.TB, c *Codec, m Meta, sc *table.SetCapture) ([]byte
 	return b, m
 }
 
+func TestCodecFences(t *testing.T) {
+	c, err := DefaultCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestSet(t)
+	s.step(1)
+	fences := []Fence{{Shard: 0, Epoch: 4, Base: 2}, {Shard: 5, Epoch: 90, Base: 70, Seen: 75}}
+	b, m := encodeCapture(t, c, Meta{Shard: 5, Tick: 1, Pos: 9, Full: true, Base: 1, ChainLen: 1, Fences: fences}, s.set.CaptureFull())
+	got, _, err := c.Decode(b)
+	if err != nil || !reflect.DeepEqual(got.Fences, fences) {
+		t.Fatalf("decode: %v, fences %+v, want %+v", err, got.Fences, fences)
+	}
+	mm, err := DecodeMeta(EncodeMeta(m))
+	if err != nil || !reflect.DeepEqual(mm, m) {
+		t.Fatalf("meta round trip: %v\n%+v\n%+v", err, mm, m)
+	}
+	// Unsorted or empty fences do not validate.
+	for _, bad := range [][]Fence{{{Shard: 2, Epoch: 1}, {Shard: 1, Epoch: 1}}, {{Shard: 1}}} {
+		m := m
+		m.Fences = bad
+		if _, err := DecodeMeta(EncodeMeta(m)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("fences %+v: %v", bad, err)
+		}
+	}
+}
+
 func TestCodecRoundTripAndCorruption(t *testing.T) {
 	c, err := DefaultCodec()
 	if err != nil {
@@ -88,14 +116,14 @@ func TestCodecRoundTripAndCorruption(t *testing.T) {
 	}
 	b, m := encodeCapture(t, c, Meta{Shard: 3, Tick: 10, Pos: 99, Hash: 5, OutputSeq: 4, Full: true, Base: 10, ChainLen: 1}, s.set.CaptureFull())
 	got, sc, err := c.Decode(b)
-	if err != nil || got != m {
+	if err != nil || !reflect.DeepEqual(got, m) {
 		t.Fatalf("decode: %v\n%+v\n%+v", err, got, m)
 	}
 	fresh := newTestSet(t)
 	if err := fresh.set.Restore(sc); err != nil || fresh.set.Hash() != s.set.Hash() {
 		t.Fatalf("restore: %v", err)
 	}
-	if mm, err := DecodeMeta(EncodeMeta(m)); err != nil || mm != m {
+	if mm, err := DecodeMeta(EncodeMeta(m)); err != nil || !reflect.DeepEqual(mm, m) {
 		t.Fatalf("meta round trip: %v", err)
 	}
 	for i := range b {
@@ -332,6 +360,11 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add(full)
 	f.Add(delta)
 	f.Add(EncodeMeta(m))
+	s.step(3)
+	fenced, fm := encodeCapture(f, c, Meta{Shard: 1, Tick: 3, Pos: 9, Full: true, Base: 3, ChainLen: 1,
+		Fences: []Fence{{Shard: 0, Epoch: 4, Base: 2}, {Shard: 1, Epoch: 9, Base: 7}}}, s.set.CaptureFull())
+	f.Add(fenced)
+	f.Add(EncodeMeta(fm))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDecode(t, c, data)
 		if len(data) >= 4 {
@@ -341,10 +374,10 @@ func FuzzDecodeSnapshot(f *testing.F) {
 			// Also reach the payload checks: a valid header with the
 			// payload length recorded as given.
 			b := bytes.Clone(data)
-			if m, err := decodeHeader(b); err == nil {
-				m.StoredBytes = uint64(len(b) - headerLen - 4)
+			if m, hl, err := decodeHeader(b); err == nil && hl <= len(b)-4 {
+				m.StoredBytes = uint64(len(b) - hl - 4)
 				b = appendHeader(nil, &m)
-				b = append(b, data[headerLen:len(data)-4]...)
+				b = append(b, data[hl:len(data)-4]...)
 				checkDecode(t, c, reseal(append(b, 0, 0, 0, 0)))
 			}
 		}

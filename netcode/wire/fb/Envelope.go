@@ -127,8 +127,32 @@ func (rcv *Envelope) MutatePayload(j int, n byte) bool {
 	return false
 }
 
+func (rcv *Envelope) Epoch() uint64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(16))
+	if o != 0 {
+		return rcv._tab.GetUint64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *Envelope) MutateEpoch(n uint64) bool {
+	return rcv._tab.MutateUint64Slot(16, n)
+}
+
+func (rcv *Envelope) Source() uint32 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(18))
+	if o != 0 {
+		return rcv._tab.GetUint32(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *Envelope) MutateSource(n uint32) bool {
+	return rcv._tab.MutateUint32Slot(18, n)
+}
+
 func EnvelopeStart(builder *flatbuffers.Builder) {
-	builder.StartObject(6)
+	builder.StartObject(8)
 }
 func EnvelopeAddKind(builder *flatbuffers.Builder, kind EnvelopeKind) {
 	builder.PrependByteSlot(0, byte(kind), 0)
@@ -150,6 +174,12 @@ func EnvelopeAddPayload(builder *flatbuffers.Builder, payload flatbuffers.UOffse
 }
 func EnvelopeStartPayloadVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(1, numElems, 1)
+}
+func EnvelopeAddEpoch(builder *flatbuffers.Builder, epoch uint64) {
+	builder.PrependUint64Slot(6, epoch, 0)
+}
+func EnvelopeAddSource(builder *flatbuffers.Builder, source uint32) {
+	builder.PrependUint32Slot(7, source, 0)
 }
 func EnvelopeEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -1,0 +1,230 @@
+package natsworld
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// KeeperConfig configures a Keeper.
+type KeeperConfig struct {
+	// Leases is this worker's view of the lease bucket (required).
+	Leases *Leases
+	// Sectors is the number of sectors of the world (required).
+	Sectors int
+	// Every is the time between two rounds (default a quarter of the
+	// TTL): each round renews every lease held, so a lease survives
+	// three missed rounds at most.
+	Every time.Duration
+	// OnAcquire is called when this worker claimed a sector: start it. It
+	// runs on the keeper's goroutine and must not block for long.
+	OnAcquire func(Lease)
+	// OnLose is called when this worker must stop a sector at once: a
+	// renewal failed (err says why), or the sector belongs to another
+	// live worker now (err is nil; the keeper releases the lease after
+	// OnLose returned). OnLose must stop the sector before it returns.
+	OnLose func(lease Lease, err error)
+	// Logger receives the keeper's messages (nil: slog.Default()).
+	Logger *slog.Logger
+	// Now is the keeper's clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Keeper keeps the sectors this worker should own, and only those: every
+// round it registers the worker as live, renews the leases it holds
+// (stopping a sector whose renewal fails, or that it could not renew for
+// half a TTL), assigns the sectors over the live workers (Assign), claims
+// the free ones assigned to it and hands back the ones assigned to another
+// live worker.
+type Keeper struct {
+	cfg KeeperConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	held    map[uint32]*heldLease
+	workers []string
+}
+
+type heldLease struct {
+	lease   Lease
+	renewed time.Time // last successful claim or renewal
+}
+
+// NewKeeper returns a keeper; Run runs it.
+func NewKeeper(cfg KeeperConfig) (*Keeper, error) {
+	if cfg.Leases == nil || cfg.Sectors <= 0 {
+		return nil, errors.New("natsworld: keeper: leases and a number of sectors are required")
+	}
+	if cfg.Every == 0 {
+		cfg.Every = cfg.Leases.TTL() / 4
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Keeper{cfg: cfg, log: cfg.Logger.With("worker", cfg.Leases.Worker()), held: map[uint32]*heldLease{}}, nil
+}
+
+// Run runs rounds until ctx ends; then it stops every sector it holds
+// (OnLose with ctx's error) and releases their leases and its
+// registration, so that the other workers take over at once.
+func (k *Keeper) Run(ctx context.Context) error {
+	t := time.NewTicker(k.cfg.Every)
+	defer t.Stop()
+	for {
+		k.Round(ctx)
+		select {
+		case <-ctx.Done():
+			k.releaseAll(ctx.Err())
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// releaseAll stops and releases every lease held (a clean stop).
+func (k *Keeper) releaseAll(cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), k.cfg.Leases.TTL())
+	defer cancel()
+	for _, h := range k.Held() {
+		k.lose(h, cause)
+		if err := k.cfg.Leases.Release(ctx, h); err != nil {
+			k.log.Warn("release at stop", "sector", h.Sector, "err", err)
+		}
+	}
+	if err := k.cfg.Leases.Deregister(ctx); err != nil {
+		k.log.Warn("deregister", "err", err)
+	}
+}
+
+// Held returns the leases held, by sector.
+func (k *Keeper) Held() []Lease {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]Lease, 0, len(k.held))
+	for _, h := range k.held {
+		out = append(out, h.lease)
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return int(a.Sector) - int(b.Sector) })
+	return out
+}
+
+// Workers returns the live workers of the last round.
+func (k *Keeper) Workers() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.workers)
+}
+
+func (k *Keeper) lose(l Lease, err error) {
+	k.mu.Lock()
+	delete(k.held, l.Sector)
+	k.mu.Unlock()
+	if k.cfg.OnLose != nil {
+		k.cfg.OnLose(l, err)
+	}
+}
+
+// opCtx bounds one KV operation to a third of the TTL, so that a slow
+// NATS cannot keep a round going past the leases.
+func (k *Keeper) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, k.cfg.Leases.TTL()/3)
+}
+
+// Round runs one round (Run calls it every KeeperConfig.Every).
+func (k *Keeper) Round(ctx context.Context) {
+	l := k.cfg.Leases
+	ttl := l.TTL()
+	// Renew first: that is what keeps the sectors alive.
+	for _, h := range k.Held() {
+		k.mu.Lock()
+		hl := k.held[h.Sector]
+		k.mu.Unlock()
+		lease := h
+		octx, cancel := k.opCtx(ctx)
+		err := l.Renew(octx, &lease)
+		cancel()
+		now := k.cfg.Now()
+		switch {
+		case err == nil:
+			k.mu.Lock()
+			hl.lease, hl.renewed = lease, now
+			k.mu.Unlock()
+		case errors.Is(err, ErrLost):
+			k.log.Warn("lease lost: stopping the sector", "sector", h.Sector, "epoch", h.Epoch, "err", err)
+			k.lose(hl.lease, err)
+		case now.Sub(hl.renewed) >= ttl/2:
+			// Unknown outcome, and half the lease gone: stop before the
+			// lease can lapse under a running sector.
+			k.log.Warn("cannot renew the lease: stopping the sector", "sector", h.Sector, "epoch", h.Epoch, "err", err)
+			k.lose(hl.lease, fmt.Errorf("no renewal for %v: %w", now.Sub(hl.renewed).Round(time.Millisecond), err))
+		default:
+			k.log.Warn("renew failed; retrying", "sector", h.Sector, "err", err)
+		}
+	}
+	octx, cancel := k.opCtx(ctx)
+	err := l.Register(octx)
+	cancel()
+	if err != nil {
+		k.log.Warn("register", "err", err)
+		return
+	}
+	octx, cancel = k.opCtx(ctx)
+	workers, err := l.Workers(octx)
+	cancel()
+	if err != nil {
+		k.log.Warn("live workers", "err", err)
+		return
+	}
+	if !slices.Contains(workers, l.Worker()) {
+		workers = append(workers, l.Worker()) // registered just now
+		slices.Sort(workers)
+	}
+	k.mu.Lock()
+	k.workers = workers
+	k.mu.Unlock()
+	for s := range uint32(k.cfg.Sectors) {
+		if ctx.Err() != nil {
+			return
+		}
+		want := Assign(l.cfg.World, s, workers) == l.Worker()
+		k.mu.Lock()
+		h := k.held[s]
+		k.mu.Unlock()
+		switch {
+		case h != nil && !want:
+			k.log.Info("sector assigned to another worker: handing it over", "sector", s, "epoch", h.lease.Epoch,
+				"to", Assign(l.cfg.World, s, workers))
+			k.lose(h.lease, nil)
+			octx, cancel := k.opCtx(ctx)
+			if err := l.Release(octx, h.lease); err != nil {
+				k.log.Warn("release", "sector", s, "err", err)
+			}
+			cancel()
+		case h == nil && want:
+			octx, cancel := k.opCtx(ctx)
+			lease, err := l.Claim(octx, s)
+			cancel()
+			if errors.Is(err, ErrHeld) {
+				continue // its owner hands it over, or its lease lapses
+			}
+			if err != nil {
+				k.log.Warn("claim", "sector", s, "err", err)
+				continue
+			}
+			k.mu.Lock()
+			k.held[s] = &heldLease{lease: lease, renewed: k.cfg.Now()}
+			k.mu.Unlock()
+			k.log.Info("claimed sector", "sector", s, "epoch", lease.Epoch)
+			if k.cfg.OnAcquire != nil {
+				k.cfg.OnAcquire(lease)
+			}
+		}
+	}
+}

@@ -1,0 +1,335 @@
+// Package natsworld holds the NATS adapters of a world spread over
+// processes: sector leases in a JetStream KV bucket (Leases), the fencing
+// epochs they hand out, the registry of live sector workers and the
+// deterministic assignment of sectors to them (Assign, Keeper). It is the
+// only package under replay/world that links NATS; world itself does not.
+//
+// A lease is one key per sector ("s.<world>.<sector>") in a bucket whose
+// TTL (the stream's max age) is the lease length: a key not rewritten
+// within the TTL disappears, and another worker may then create it. The
+// owner renews by Update with the revision it last wrote (compare-and-set),
+// so a worker that was paused past the TTL (SIGSTOP, a long GC, a
+// partition) finds its renewal refused and must stop the sector. Per-key
+// TTLs are not used: Update resets them, so a renewal would drop the TTL.
+//
+// The fencing epoch of a lease is the KV revision of the write that
+// claimed it (Create). Revisions only grow, so a later claim of a sector
+// always has a higher epoch than every earlier one; renewals keep the
+// epoch (the value carries it) while the revision moves on.
+package natsworld
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultBucket is the KV bucket of sector leases when LeasesConfig.Bucket
+// is empty.
+const DefaultBucket = "broadside-sectors"
+
+// DefaultTTL is the default lease length: a dead worker's sectors are free
+// this long after its last renewal.
+const DefaultTTL = 300 * time.Millisecond
+
+// Errors callers branch on.
+var (
+	// ErrHeld is returned by Claim when another worker holds the lease.
+	ErrHeld = errors.New("natsworld: lease held by another worker")
+	// ErrLost is returned by Renew and Release when the lease is no longer
+	// this worker's (it expired, and maybe another worker claimed it).
+	ErrLost = errors.New("natsworld: lease lost")
+)
+
+// LeasesConfig configures Leases.
+type LeasesConfig struct {
+	// Bucket is the KV bucket (default DefaultBucket). One bucket serves
+	// many worlds.
+	Bucket string
+	// World is the world id (required, not 0).
+	World uint32
+	// Worker is this worker's id: letters, digits, '-' and '_' (required).
+	Worker string
+	// TTL is the lease length, the bucket's max age when OpenLeases
+	// creates it (default DefaultTTL). An existing bucket keeps its own.
+	TTL time.Duration
+	// Replicas is the bucket's replication factor when OpenLeases creates
+	// it: 1 (default) for one server, 3 for a NATS cluster.
+	Replicas int
+}
+
+// Lease is a sector lease this worker holds.
+type Lease struct {
+	// Sector is the leased sector.
+	Sector uint32
+	// Epoch is the lease's fencing epoch (the revision of its claim).
+	Epoch uint64
+	// Revision is the KV revision of the last write (claim or renewal);
+	// the next renewal expects it.
+	Revision uint64
+}
+
+// Leases claims, renews and releases sector leases of one world for one
+// worker, and registers the worker as live. It is safe for concurrent use
+// (each call is one KV operation).
+type Leases struct {
+	kv     jetstream.KeyValue
+	cfg    LeasesConfig
+	regRev uint64 // revision of this worker's registration; used by Register only
+}
+
+var validWorker = regexp.MustCompile(`^[-_a-zA-Z0-9]{1,64}$`)
+
+// OpenLeases returns the leases of cfg.World for cfg.Worker in js,
+// creating the bucket if it does not exist.
+func OpenLeases(ctx context.Context, js jetstream.JetStream, cfg LeasesConfig) (*Leases, error) {
+	if cfg.Bucket == "" {
+		cfg.Bucket = DefaultBucket
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	switch {
+	case cfg.World == 0:
+		return nil, errors.New("natsworld: world 0")
+	case !validWorker.MatchString(cfg.Worker):
+		return nil, fmt.Errorf("natsworld: worker id %q: want 1 to 64 letters, digits, '-' or '_'", cfg.Worker)
+	case cfg.TTL < 10*time.Millisecond:
+		return nil, fmt.Errorf("natsworld: lease TTL %v is too short", cfg.TTL)
+	case cfg.Replicas < 1 || cfg.Replicas > 5:
+		return nil, fmt.Errorf("natsworld: %d replicas, want 1..5", cfg.Replicas)
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: cfg.Bucket, Description: "Broadside sector leases and live sector workers",
+			History: 1, TTL: cfg.TTL, Replicas: cfg.Replicas, Storage: jetstream.FileStorage,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("natsworld: lease bucket %s: %w", cfg.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("natsworld: lease bucket %s: %w", cfg.Bucket, err)
+	}
+	if st.TTL() <= 0 {
+		return nil, fmt.Errorf("natsworld: lease bucket %s has no TTL: its leases would never expire", cfg.Bucket)
+	}
+	cfg.TTL = st.TTL()
+	return &Leases{kv: kv, cfg: cfg}, nil
+}
+
+// TTL returns the lease length (the bucket's max age).
+func (l *Leases) TTL() time.Duration { return l.cfg.TTL }
+
+// Worker returns this worker's id.
+func (l *Leases) Worker() string { return l.cfg.Worker }
+
+func (l *Leases) sectorKey(sector uint32) string {
+	return "s." + strconv.FormatUint(uint64(l.cfg.World), 10) + "." + strconv.FormatUint(uint64(sector), 10)
+}
+
+func (l *Leases) workerPrefix() string {
+	return "w." + strconv.FormatUint(uint64(l.cfg.World), 10) + "."
+}
+
+// Claim takes sector's lease if nobody holds it; it returns ErrHeld if
+// someone (this worker included) does.
+func (l *Leases) Claim(ctx context.Context, sector uint32) (Lease, error) {
+	// The epoch is the revision of this write, unknown before it: the
+	// value says 0, which reads as "the entry's own revision".
+	rev, err := l.kv.Create(ctx, l.sectorKey(sector), EncodeLeaseValue(LeaseValue{Worker: l.cfg.Worker}))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return Lease{}, fmt.Errorf("natsworld: claim sector %d: %w", sector, ErrHeld)
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("natsworld: claim sector %d: %w", sector, err)
+	}
+	return Lease{Sector: sector, Epoch: rev, Revision: rev}, nil
+}
+
+// Renew extends lease by one TTL from now and updates its Revision; it
+// returns ErrLost if the lease expired or was taken meanwhile. On any
+// error the caller must stop the sector: the lease may lapse before it
+// can be renewed again.
+func (l *Leases) Renew(ctx context.Context, lease *Lease) error {
+	rev, err := l.kv.Update(ctx, l.sectorKey(lease.Sector), EncodeLeaseValue(LeaseValue{Worker: l.cfg.Worker, Epoch: lease.Epoch}), lease.Revision)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("natsworld: renew sector %d epoch %d: %w", lease.Sector, lease.Epoch, ErrLost)
+	}
+	if err != nil {
+		return fmt.Errorf("natsworld: renew sector %d epoch %d: %w", lease.Sector, lease.Epoch, err)
+	}
+	lease.Revision = rev
+	return nil
+}
+
+// Release gives lease up at once (the sector must be stopped first), so
+// that another worker can claim it without waiting for the TTL.
+func (l *Leases) Release(ctx context.Context, lease Lease) error {
+	err := l.kv.Delete(ctx, l.sectorKey(lease.Sector), jetstream.LastRevision(lease.Revision))
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("natsworld: release sector %d epoch %d: %w", lease.Sector, lease.Epoch, ErrLost)
+	}
+	if err != nil {
+		return fmt.Errorf("natsworld: release sector %d epoch %d: %w", lease.Sector, lease.Epoch, err)
+	}
+	return nil
+}
+
+// Owner returns the worker holding sector's lease and its epoch, or ""
+// if nobody does.
+func (l *Leases) Owner(ctx context.Context, sector uint32) (worker string, epoch uint64, err error) {
+	e, err := l.kv.Get(ctx, l.sectorKey(sector))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("natsworld: owner of sector %d: %w", sector, err)
+	}
+	v, err := DecodeLeaseValue(e.Value())
+	if err != nil {
+		return "", 0, fmt.Errorf("natsworld: owner of sector %d: revision %d: %w", sector, e.Revision(), err)
+	}
+	if v.Epoch == 0 {
+		v.Epoch = e.Revision()
+	}
+	return v.Worker, v.Epoch, nil
+}
+
+// Register records this worker as live for one TTL (call it at least as
+// often as the leases are renewed). A registration that lapsed is made
+// anew.
+func (l *Leases) Register(ctx context.Context) error {
+	key := l.workerPrefix() + l.cfg.Worker
+	val := []byte(l.cfg.Worker)
+	if l.regRev != 0 {
+		rev, err := l.kv.Update(ctx, key, val, l.regRev)
+		if err == nil {
+			l.regRev = rev
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("natsworld: register worker %s: %w", l.cfg.Worker, err)
+		}
+	}
+	rev, err := l.kv.Put(ctx, key, val)
+	if err != nil {
+		return fmt.Errorf("natsworld: register worker %s: %w", l.cfg.Worker, err)
+	}
+	l.regRev = rev
+	return nil
+}
+
+// Deregister removes this worker from the live workers at once (a clean
+// stop), so that the others rebalance without waiting for the TTL.
+func (l *Leases) Deregister(ctx context.Context) error {
+	l.regRev = 0
+	if err := l.kv.Delete(ctx, l.workerPrefix()+l.cfg.Worker); err != nil {
+		return fmt.Errorf("natsworld: deregister worker %s: %w", l.cfg.Worker, err)
+	}
+	return nil
+}
+
+// Workers returns the ids of the live workers of the world, sorted.
+func (l *Leases) Workers(ctx context.Context) ([]string, error) {
+	lister, err := l.kv.ListKeysFiltered(ctx, l.workerPrefix()+"*")
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("natsworld: live workers: %w", err)
+	}
+	var out []string
+	for k := range lister.Keys() {
+		if id := strings.TrimPrefix(k, l.workerPrefix()); validWorker.MatchString(id) {
+			out = append(out, id)
+		}
+	}
+	_ = lister.Stop() // the lister stopped its watcher when the keys ran out
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("natsworld: live workers: %w", err) // the list may be cut short
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// Assign returns the worker that should own sector among workers (""
+// if there are none), by rendezvous hashing: every worker that sees the
+// same set of workers computes the same owner, and a worker joining or
+// leaving moves only the sectors it wins or held.
+func Assign(world, sector uint32, workers []string) string {
+	var best string
+	var bestScore uint64
+	for _, w := range workers {
+		h := fnv.New64a()
+		var b [8]byte
+		binary.BigEndian.PutUint32(b[:4], world)
+		binary.BigEndian.PutUint32(b[4:], sector)
+		h.Write(b[:])
+		h.Write([]byte(w))
+		s := mix(h.Sum64())
+		if best == "" || s > bestScore || (s == bestScore && w < best) {
+			best, bestScore = w, s
+		}
+	}
+	return best
+}
+
+// mix is a 64-bit finalizer (splitmix64's): FNV's high bits are weak for
+// short inputs that differ at the end.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// LeaseValue is the value of a sector's lease key.
+type LeaseValue struct {
+	// Worker holds the lease.
+	Worker string
+	// Epoch is the fencing epoch; 0 in the claim itself, whose revision
+	// is the epoch.
+	Epoch uint64
+}
+
+// Encoded lease value: magic "BSLV" | epoch u64 big-endian | worker id.
+const leaseMagic = "BSLV"
+
+// EncodeLeaseValue returns v's encoding.
+func EncodeLeaseValue(v LeaseValue) []byte {
+	b := append([]byte(leaseMagic), make([]byte, 8)...)
+	binary.BigEndian.PutUint64(b[4:], v.Epoch)
+	return append(b, v.Worker...)
+}
+
+// DecodeLeaseValue decodes a lease key's value. It never panics.
+func DecodeLeaseValue(b []byte) (LeaseValue, error) {
+	if len(b) < 12 || string(b[:4]) != leaseMagic {
+		return LeaseValue{}, fmt.Errorf("natsworld: lease value of %d bytes: not a lease", len(b))
+	}
+	w := string(b[12:])
+	if !validWorker.MatchString(w) {
+		return LeaseValue{}, fmt.Errorf("natsworld: lease value: worker id %q", w)
+	}
+	return LeaseValue{Worker: w, Epoch: binary.BigEndian.Uint64(b[4:12])}, nil
+}

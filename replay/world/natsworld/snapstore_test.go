@@ -1,0 +1,72 @@
+package natsworld
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/anoptic/broadside/replay/snapshot"
+)
+
+func testMeta(shard uint32, tick uint64, n int) snapshot.Meta {
+	return snapshot.Meta{Shard: shard, Tick: tick, Pos: tick * 10, Full: true, Base: tick, ChainLen: 1, Epoch: 1,
+		RawBytes: uint64(n), StoredBytes: uint64(n), ChainRawBytes: uint64(n)}
+}
+
+func TestSnapshotStore(t *testing.T) {
+	js := startNATS(t)
+	ctx := ctxT(t)
+	s, err := OpenSnapshotStore(ctx, js(), SnapshotStoreConfig{World: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := OpenSnapshotStore(ctx, js(), SnapshotStoreConfig{World: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := bytes.Repeat([]byte{7}, 1000)
+	large := bytes.Repeat([]byte{1, 2, 3}, 1<<20) // 3 MiB: the object store
+	for _, p := range []struct {
+		m snapshot.Meta
+		b []byte
+	}{{testMeta(2, 30, len(small)), small}, {testMeta(2, 10, len(large)), large}, {testMeta(2, 20, len(small)), small}, {testMeta(3, 5, 1), []byte{9}}} {
+		if err := s.Put(ctx, p.m, p.b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := other.Put(ctx, testMeta(2, 99, 1), []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 3 || list[0].Tick != 10 || list[1].Tick != 20 || list[2].Tick != 30 {
+		t.Fatalf("list: %+v", list)
+	}
+	if got, err := s.Get(ctx, 2, 10); err != nil || !bytes.Equal(got, large) {
+		t.Fatalf("large snapshot: %d bytes, %v", len(got), err)
+	}
+	if got, err := s.Get(ctx, 2, 30); err != nil || !bytes.Equal(got, small) {
+		t.Fatalf("small snapshot: %v", err)
+	}
+	if _, err := s.Get(ctx, 2, 99); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Fatalf("another world's snapshot: %v", err)
+	}
+	if err := s.DeleteRange(ctx, 2, 0, 25); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := s.List(ctx, 2); len(list) != 1 || list[0].Tick != 30 {
+		t.Fatalf("after delete: %+v", list)
+	}
+	if _, err := s.Get(ctx, 2, 10); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Fatalf("deleted large snapshot: %v", err)
+	}
+	if list, _ := s.List(ctx, 3); len(list) != 1 {
+		t.Fatalf("shard 3: %+v", list)
+	}
+	s.Close()
+	if _, err := s.List(ctx, 2); !errors.Is(err, snapshot.ErrClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+}

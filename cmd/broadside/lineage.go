@@ -10,6 +10,7 @@ import (
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/demo/sinking"
 	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/spf13/cobra"
 )
 
@@ -57,6 +58,7 @@ re-simulating the match without a command.`,
 	if store == nil {
 		pf.StringVar(&lf.serverURL, "server", "", "ask a running server's admin endpoint (`URL`, e.g. http://127.0.0.1:9090) instead of a store")
 	}
+	pf.StringVar(&lf.recording, "recording", "", "ask the lineage a .bsr recording `FILE` carries instead of a store")
 	pf.BoolVar(&lf.asJSON, "json", false, "print JSON instead of text")
 	cmd.AddCommand(newLineageWhyCmd(lf), newLineageAffectedCmd(lf), newLineageFrameCmd(lf), newLineageInfoCmd(lf), newLineageDemoCmd(lf))
 	return cmd
@@ -66,6 +68,7 @@ re-simulating the match without a command.`,
 // lineage is and how to print it.
 type lineageFlags struct {
 	storeDir, serverURL string
+	recording           string
 	asJSON              bool
 	// store, if not nil, answers instead of --store.
 	store lineage.Store
@@ -76,6 +79,18 @@ type lineageFlags struct {
 func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index) error) error {
 	if lf.serverURL != "" {
 		return linAskServer(cmd, lf.serverURL)
+	}
+	if lf.recording != "" {
+		r, err := bsr.Open(lf.recording)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		ix, err := r.Lineage()
+		if err != nil {
+			return err
+		}
+		return fn(ix)
 	}
 	if lf.store != nil {
 		ix, err := lineage.LoadIndex(cmd.Context(), lf.store)

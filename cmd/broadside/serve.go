@@ -63,6 +63,7 @@ type serveOptions struct {
 	retain     time.Duration
 	record     string
 	signKey    string
+	viewerDir  string
 	// killAtSnapshot, a test hook, SIGKILLs the process as it is about to
 	// store its Nth snapshot.
 	killAtSnapshot int
@@ -115,6 +116,7 @@ it; in production give --cert and --key.`,
 	f.StringVar(&o.keyFile, "key", "", "production: private key file")
 	f.StringVar(&o.secretFile, "secret-file", "broadside-dev/server.secret", "player token secret (created if missing)")
 	f.StringVar(&o.dataDir, "data", "broadside-dev/data", "data directory: the embedded command log (log/: shards, write-ahead logs, coordinator) and the world's snapshot and lineage stores (world/)")
+	f.StringVar(&o.viewerDir, "viewer-dir", "", "host the browser viewer (make viewer-wasm builds it into bin/web) at /viewer/ on the admin address, behind its auth, following this server as a spectator")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /world/hashes?from=T (every sector's state hash per tick, to check against a re-simulation), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server')")
 	f.StringVar(&o.adminToken, "admin-token-file", "", "file holding the admin bearer token (first line, at least 16 bytes): every admin request then needs 'Authorization: Bearer TOKEN'; required when --admin-addr is not loopback")
 	f.StringSliceVar(&o.adminHosts, "admin-hosts", nil, "further host names admin clients may use (the Host header of every admin request must be localhost, a loopback address, --admin-addr's host or one of these: DNS rebinding is refused)")
@@ -241,8 +243,12 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return nil
 	}
 	var storing storingCheck
+	adminHandlers := worldHandlers(worldRef.Load, world.ExportConfig{Log: exportLog, BytesPerSecond: o.exportRate}, storing.err)
+	if err := addViewer(adminHandlers, o, secret); err != nil {
+		return err
+	}
 	if err := serveAdminGuarded(ctx, adminauth.Options{Addr: o.adminAddr, TokenFile: o.adminToken, Hosts: o.adminHosts}, reg, log,
-		worldHandlers(worldRef.Load, world.ExportConfig{Log: exportLog, BytesPerSecond: o.exportRate}, storing.err)); err != nil {
+		adminHandlers); err != nil {
 		return err
 	}
 

@@ -1,6 +1,7 @@
 package viewer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -68,6 +69,27 @@ func OpenRecordingWith(ctx context.Context, path string, o RecordingOptions) (*R
 	return rec, nil
 }
 
+// OpenRecordingBytes opens the recording held in data (a browser fetched
+// it from a URL or read a file the user picked), named name, as
+// OpenRecordingWith opens a file.
+func OpenRecordingBytes(ctx context.Context, name string, data []byte, o RecordingOptions) (*Recording, error) {
+	r, err := bsr.NewReader(memFile{bytes.NewReader(data)}, name, int64(len(data)))
+	if err != nil {
+		return nil, err
+	}
+	rec, err := newRecording(r, name, o)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("viewer: %s: %w", name, err)
+	}
+	return rec, nil
+}
+
+// memFile is a recording in memory, as a bsr.File.
+type memFile struct{ *bytes.Reader }
+
+func (memFile) Close() error { return nil }
+
 func newRecording(r *bsr.Reader, path string, o RecordingOptions) (*Recording, error) {
 	h := r.Header()
 	if h.Game != broadside.GameName {
@@ -119,6 +141,7 @@ func (rec *Recording) runVerify(ctx context.Context) {
 	defer close(rec.done)
 	last := rec.r.LastTick()
 	res, err := bsr.Verify(ctx, rec.r, rec.newSim, func(tick uint64) {
+		yieldCPU()
 		rec.mu.Lock()
 		if rec.verify.State == VerifyRunning {
 			rec.verify.Detail = fmt.Sprintf("tick %d of %d", tick, last)

@@ -47,7 +47,7 @@ func sharedDecoder() (*zstd.Decoder, error) {
 // Reader reads a recording. Open it with Open; it is safe for concurrent
 // use (several Seekers may share one).
 type Reader struct {
-	f         *os.File
+	f         File
 	path      string
 	size      int64
 	h         Header
@@ -103,12 +103,34 @@ func open(path string, ignoreIndex bool) (*Reader, error) {
 	return r, nil
 }
 
+// File is what a Reader reads a recording from: an *os.File, or the bytes
+// of a recording held in memory (a browser fetched or picked it).
+type File interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// NewReader reads the recording of size bytes in f, named name (a path or
+// a URL: for messages), as Open reads a file; Close closes f.
+func NewReader(f File, name string, size int64) (*Reader, error) {
+	r, err := newReaderSized(f, name, size, false)
+	if err != nil {
+		return nil, fmt.Errorf("bsr: %s: %w", name, err)
+	}
+	return r, nil
+}
+
 func newReader(f *os.File, path string, ignoreIndex bool) (*Reader, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{f: f, path: path, size: st.Size(), cache: map[int64]*list.Element{}, lru: list.New(), cacheBudget: CacheBytes}
+	return newReaderSized(f, path, st.Size(), ignoreIndex)
+}
+
+func newReaderSized(f File, path string, size int64, ignoreIndex bool) (*Reader, error) {
+	r := &Reader{f: f, path: path, size: size, cache: map[int64]*list.Element{}, lru: list.New(), cacheBudget: CacheBytes}
+	var err error
 	var fixed [fileFixedLen]byte
 	if n, err := f.ReadAt(fixed[:], 0); n < 8 || (err != nil && !errors.Is(err, io.EOF)) {
 		if err != nil && !errors.Is(err, io.EOF) {

@@ -10,7 +10,7 @@ REPLAY_DST_SEEDS ?= 300
 .PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard generate fuzz bench dst-soak replay-dst-soak lint build viewer viewer-wasm browser browser-docs browser-perf
 
 ## test: install missing system packages, vet, run every test (the deterministic simulators and the process fault test included)
-test: deps vet unit dst replay-dst faults jetstream-shard crash diskfull viewer
+test: deps vet unit dst replay-dst faults jetstream-shard crash diskfull viewer browser
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:

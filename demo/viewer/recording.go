@@ -136,11 +136,31 @@ func (rec *Recording) newSim(shard uint32) (replay.TableSim, error) {
 	return broadside.NewSector(rec.cfg, int(shard))
 }
 
+// newYieldingSim is newSim for the background verification: its sectors
+// give the browser a turn between ticks (yieldCPU), since Verify's
+// workers otherwise compute without a pause.
+func (rec *Recording) newYieldingSim(shard uint32) (replay.TableSim, error) {
+	s, err := broadside.NewSector(rec.cfg, int(shard))
+	if err != nil {
+		return nil, err
+	}
+	return yieldingSector{s}, nil
+}
+
+// yieldingSector is a sector that calls yieldCPU before each step.
+type yieldingSector struct{ *broadside.Sector }
+
+// Step implements replay.Sim.
+func (s yieldingSector) Step(tick uint64, cmds []replay.Command, rec lineage.Recorder) []replay.Output {
+	yieldCPU()
+	return s.Sector.Step(tick, cmds, rec)
+}
+
 // runVerify re-simulates the recording and records the outcome.
 func (rec *Recording) runVerify(ctx context.Context) {
 	defer close(rec.done)
 	last := rec.r.LastTick()
-	res, err := bsr.Verify(ctx, rec.r, rec.newSim, func(tick uint64) {
+	res, err := bsr.Verify(ctx, rec.r, rec.newYieldingSim, func(tick uint64) {
 		yieldCPU()
 		rec.mu.Lock()
 		if rec.verify.State == VerifyRunning {

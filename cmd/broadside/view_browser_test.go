@@ -418,6 +418,37 @@ func TestBrowser(t *testing.T) {
 		whyOK = true
 	})
 
+	t.Run("picked-file", func(t *testing.T) {
+		// No recording named: the page offers a file picker, and opens
+		// the file the user picks (read in the page, not uploaded).
+		ctx := context.Background()
+		m, err := viewer.PlayMatch(ctx, viewer.MatchOptions{Seed: 4, Ships: 8, Ticks: 200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := filepath.Join(t.TempDir(), "picked.bsr")
+		if _, err := m.WriteRecording(ctx, rec, bsr.SnapshotPolicy{}); err != nil {
+			t.Fatal(err)
+		}
+		h, err := web.New(web.Options{WasmDir: *browserWeb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(h)
+		defer ts.Close()
+		page, closePage := openPage(t, browser, ts.URL+"/")
+		defer closePage()
+		if _, err := chromedp.Run(page, chromedp.Steps(chromedp.WaitVisible("#file"), chromedp.SetUploadFiles("#file", []string{rec}))); err != nil {
+			t.Fatal(err)
+		}
+		st := waitState(t, page, "the picked recording opens and verifies", 90*time.Second, func(s viewer.State) bool {
+			return s.Last == 200 && s.Verify == "verified"
+		})
+		if !strings.Contains(st.Status, "picked.bsr") {
+			t.Fatalf("status %q does not name the file picked", st.Status)
+		}
+	})
+
 	t.Run("live", func(t *testing.T) {
 		const delay = 2 * broadside.TickRate
 		w, err := livetest.Start(livetest.Options{Delay: delay, Ships: 16})

@@ -49,7 +49,7 @@ var keys = map[string]viewer.Key{
 	"play": viewer.KeyPlayPause, "back": viewer.KeyStepBack, "forward": viewer.KeyStepForward,
 	"second-back": viewer.KeySecondBack, "second-forward": viewer.KeySecondForward,
 	"faster": viewer.KeyFaster, "slower": viewer.KeySlower, "first": viewer.KeyFirst, "last": viewer.KeyLast,
-	"help": viewer.KeyHelp, "escape": viewer.KeyEscape, "fit": viewer.KeyFit,
+	"help": viewer.KeyHelp, "escape": viewer.KeyEscape, "fit": viewer.KeyFit, "follow": viewer.KeyFollow,
 }
 
 func status(msg string) {

@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -179,6 +180,25 @@ func mouse(t *testing.T, ctx context.Context, typ input.DispatchMouseEventType, 
 		t.Fatal(err)
 	}
 	nextFrames(t, ctx, 2)
+}
+
+// pressKey presses and releases a key, frames apart (Ebitengine polls
+// the keyboard once per frame).
+func pressKey(t *testing.T, ctx context.Context, key, code string, vk int64) {
+	t.Helper()
+	for _, typ := range []input.DispatchKeyEventType{input.DispatchKeyEventTypeKeyDown, input.DispatchKeyEventTypeKeyUp} {
+		p := input.DispatchKeyEventParams{Type: typ, Key: key, Code: code, WindowsVirtualKeyCode: vk, NativeVirtualKeyCode: vk}
+		if typ == input.DispatchKeyEventTypeKeyDown {
+			p.Text = key
+		}
+		if _, err := chromedp.Run(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, input.DispatchKeyEvent, p)
+			return err
+		})); err != nil {
+			t.Fatal(err)
+		}
+		nextFrames(t, ctx, 2)
+	}
 }
 
 // click clicks at (x, y) as a user does: move there, press, release.
@@ -414,6 +434,25 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("the panel of a sunk ship does not say it sank:\n%s", strings.Join(st.Panel, "\n"))
 		}
 		p := screenshot(t, page, "browser-why.png")
+		// C (a real key press) follows the selected ship: the camera keeps
+		// it in the middle of the sea the panel leaves free.
+		pressKey(t, page, "c", "KeyC", 'C')
+		st = waitState(t, page, "following the ship", 20*time.Second, func(s viewer.State) bool { return s.FollowShip })
+		centred := false
+		for _, s := range st.Ships {
+			if s.Name == target.Name {
+				// The panel is 480 px wide; the sea's viewport spans the
+				// screen between the status bar and the timeline.
+				cx, cy := float64(screenW-480)/2, float64(22+(screenH-40))/2
+				centred = math.Hypot(s.X-cx, s.Y-cy) < 1.5
+				if !centred {
+					t.Fatalf("followed ship drawn at (%.1f, %.1f), want (%.1f, %.1f)", s.X, s.Y, cx, cy)
+				}
+			}
+		}
+		if !centred {
+			t.Fatalf("%s not in the frame after C", target.Name)
+		}
 		t.Logf("%s at tick %d: panel lists %d of %d commands, as lineage why does; screenshot %s", target.Name, tick, n, v.Commands, p)
 		whyOK = true
 	})

@@ -10,7 +10,9 @@ type State struct {
 	Playing, Live     bool
 	// Following: a live viewer stays at the newest tick received.
 	Following bool
-	Speed     float64
+	// FollowShip: the camera follows the selected ship.
+	FollowShip bool
+	Speed      float64
 	// Selected names the selected entity ("" if none).
 	Selected   string
 	SelectedID uint64
@@ -49,7 +51,7 @@ func (m *Model) State(scene *Scene) State {
 	}
 	first, last := m.src.Ticks()
 	st := State{Tick: m.Tick(), First: first, Last: last, Playing: m.playing, Live: m.live, Following: m.live && m.follow,
-		Speed: m.Speed(), SelectedID: uint64(m.selected)}
+		Speed: m.Speed(), SelectedID: uint64(m.selected), FollowShip: m.followShip}
 	if m.selected != 0 {
 		st.Selected = EntityName(m.selected)
 	}

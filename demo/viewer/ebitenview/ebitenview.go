@@ -196,6 +196,9 @@ func (g *Game) handleInput() {
 	if inpututil.IsKeyJustPressed(ebiten.KeyF) {
 		press(viewer.KeyFit)
 	}
+	if inpututil.IsKeyJustPressed(ebiten.KeyC) {
+		press(viewer.KeyFollow)
+	}
 	for _, b := range heldKeys {
 		if repeated(b.key) {
 			press(b.action)

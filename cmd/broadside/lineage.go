@@ -56,6 +56,7 @@ re-simulating the match without a command.`,
 	pf.StringVar(&lf.storeDir, "store", "", "lineage store `DIR` (Pebble)")
 	if store == nil {
 		pf.StringVar(&lf.serverURL, "server", "", "ask a running server's admin endpoint (`URL`, e.g. http://127.0.0.1:9090) instead of a store")
+		pf.StringVar(&lf.adminTokenFile, "admin-token-file", "", "with --server: the admin bearer token file (serve --admin-token-file)")
 	}
 	pf.BoolVar(&lf.asJSON, "json", false, "print JSON instead of text")
 	cmd.AddCommand(newLineageWhyCmd(lf), newLineageAffectedCmd(lf), newLineageFrameCmd(lf), newLineageInfoCmd(lf), newLineageDemoCmd(lf))
@@ -66,6 +67,7 @@ re-simulating the match without a command.`,
 // lineage is and how to print it.
 type lineageFlags struct {
 	storeDir, serverURL string
+	adminTokenFile      string
 	asJSON              bool
 	// store, if not nil, answers instead of --store.
 	store lineage.Store
@@ -75,7 +77,7 @@ type lineageFlags struct {
 // to --server and prints its answer.
 func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index) error) error {
 	if lf.serverURL != "" {
-		return linAskServer(cmd, lf.serverURL)
+		return linAskServer(cmd, lf.serverURL, lf.adminTokenFile)
 	}
 	if lf.store != nil {
 		ix, err := lineage.LoadIndex(cmd.Context(), lf.store)

@@ -209,3 +209,31 @@ func containsAny(s string, subs ...string) bool {
 	}
 	return false
 }
+
+// ProcessCPU returns the CPU time (user and system) process pid used so
+// far (Linux: /proc/PID/stat, in clock ticks of 1/100 s).
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: count from its ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("hostile: /proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("hostile: /proc/%d/stat: %d fields", pid, len(f))
+	}
+	var ticks int64
+	for _, v := range f[11:13] { // utime, stime: fields 14 and 15
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("hostile: /proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}

@@ -39,3 +39,14 @@ func TestRSSAndCount(t *testing.T) {
 		t.Fatalf("Count = %d %d %d", n, rejected, classes)
 	}
 }
+
+func TestProcessCPU(t *testing.T) {
+	x := 0
+	for i := range 50_000_000 {
+		x += i
+	}
+	d, err := ProcessCPU(os.Getpid())
+	if err != nil || d <= 0 {
+		t.Fatalf("ProcessCPU = %v, %v (%d)", d, err, x)
+	}
+}

@@ -5,13 +5,16 @@
 # on Go 1.26 `go test -fuzz` can also fail with a bare "context deadline
 # exceeded" and no reproducer at the deadline (golang/go#75804, see
 # STACK-NOTES.md), which is reported but is not a finding.
+# FUZZ_ONLY=REGEX runs only the targets whose names match.
 set -euo pipefail
 t=${1:-30s}
+only=${FUZZ_ONLY:-.}
 targets=0 failed=0 spurious=0
 failures=()
 while read -r f; do
   pkg=./$(dirname "${f#./}")
   while read -r name; do
+    [[ $name =~ $only ]] || continue
     targets=$((targets + 1))
     corpus="$pkg/testdata/fuzz/$name"
     before=$(ls "$corpus" 2>/dev/null | sort || true)

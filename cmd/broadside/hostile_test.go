@@ -36,9 +36,9 @@ import (
 const (
 	hostileP99     = 50 * time.Millisecond
 	hostileRSS     = 64 << 20
-	hostileToolRSS = 160 << 20
+	hostileToolRSS = 128 << 20
 	// hostileSaturated is the machine CPU use over the attacks from which
-	// the p99 bound is relaxed (the good player then waits for a CPU).
+	// the p99 bound is not asserted (the good player then waits for a CPU).
 	hostileSaturated = 0.95
 )
 
@@ -307,16 +307,14 @@ func TestHostileRealProcesses(t *testing.T) {
 		t.Errorf("good player: %d sent, %d acknowledged, %d refused, %d unanswered, session error %v", gr.Sent, gr.Acked, gr.Refused, gr.Unanswered, gr.Err)
 	}
 	// The bound is the server's: on a machine whose CPUs were saturated
-	// (by other work: the server itself uses a fraction of one) the
-	// good player waits for a CPU, and only a stall four times the bound
-	// fails the test.
-	bound := hostileP99
-	if machineBusy >= hostileSaturated {
-		bound *= 4
-		fmt.Printf("hostile: the machine's CPUs were %.0f%% busy: the p99 bound is %v instead of %v\n", 100*machineBusy, bound, hostileP99)
-	}
-	if gr.P99 >= bound {
-		t.Errorf("good player's acknowledgement p99 %v during the attacks, bound %v", gr.P99, bound)
+	// (by other work: the server itself uses a fraction of one) the good
+	// player waits for a CPU, and its p99 says nothing of the server: it
+	// is printed, not asserted.
+	switch {
+	case machineBusy >= hostileSaturated:
+		fmt.Printf("hostile: p99 bound %v NOT ASSERTED: the machine's CPUs were %.0f%% busy during the attacks\n", hostileP99, 100*machineBusy)
+	case gr.P99 >= hostileP99:
+		t.Errorf("good player's acknowledgement p99 %v during the attacks, bound %v", gr.P99, hostileP99)
 	}
 	if growth > hostileRSS {
 		t.Errorf("server RSS grew %d MiB during the attacks, bound %d MiB", growth>>20, hostileRSS>>20)

@@ -12,8 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
+	"time"
 
 	"github.com/anoptic/broadside/lineage"
 	"github.com/klauspost/compress/zstd"
@@ -24,22 +25,51 @@ import (
 type Tool func(ctx context.Context, args ...string) (out string, maxRSS int64, err error)
 
 // ToolCommand runs the binary at path (with env added to the environment)
-// as a Tool.
+// as a Tool. The peak RSS is the process's own high-water mark (VmHWM of
+// /proc/PID/status, read every 2 ms while it runs, so a peak in its last
+// 2 ms may be missed): the rusage of a child started with vfork, as Go
+// starts them, counts its parent's RSS before the exec.
 func ToolCommand(path string, env ...string) Tool {
 	return func(ctx context.Context, args ...string) (string, int64, error) {
 		cmd := exec.CommandContext(ctx, path, args...)
 		cmd.Env = append(os.Environ(), env...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		var rss int64
-		if cmd.ProcessState != nil {
-			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-				rss = ru.Maxrss << 10 // KiB on Linux
+		if err := cmd.Start(); err != nil {
+			return "", 0, err
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		status := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status"
+		var peak int64
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if hwm, ok := statusKB(status, "VmHWM:"); ok {
+				peak = max(peak, hwm<<10)
+			}
+			select {
+			case err := <-done:
+				return out.String(), peak, err
+			case <-t.C:
 			}
 		}
-		return out.String(), rss, err
 	}
+}
+
+// statusKB reads a "Name: N kB" line of a /proc status file.
+func statusKB(path, name string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // FileTarget is the tools that read files from outside: recordings

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -8,9 +9,12 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -169,10 +173,7 @@ func TestHostileRealProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, err := hostile.PlayGood(ctx, addr, playerTLS, goodToken, 25*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	good := startGoodPlayer(t, addr, filepath.Join(dir, "tls", transport.DevCACertFile), goodToken, 25*time.Millisecond)
 	// Warm up: the world ticks, the good player is acknowledged.
 	time.Sleep(3 * time.Second)
 
@@ -227,10 +228,9 @@ func TestHostileRealProcesses(t *testing.T) {
 	busy0, total0, _ := report.MachineBusy()
 	cpu0, _ := hostile.ProcessCPU(pid)
 	start := time.Now()
-	good.MarkWindow(true)
 	outcomes := hostile.Run(ctx, attacks, 30*time.Second, t.Logf)
-	good.MarkWindow(false)
-	window := time.Since(start)
+	end := time.Now()
+	window := end.Sub(start)
 	busy1, total1, _ := report.MachineBusy()
 	cpu1, _ := hostile.ProcessCPU(pid)
 	machineBusy := float64(busy1-busy0) / float64(max(1, total1-total0))
@@ -239,7 +239,8 @@ func TestHostileRealProcesses(t *testing.T) {
 		t.Fatalf("sampling the server's RSS: %v", err)
 	}
 	time.Sleep(time.Second) // the good player keeps playing after the attacks
-	gr := good.Stop(10 * time.Second)
+	played := good.stop(t)
+	gr := played.Report(start, end)
 
 	// What the log holds now.
 	tail1, err := rc.CheckTail(ctx)
@@ -291,7 +292,7 @@ func TestHostileRealProcesses(t *testing.T) {
 		}
 		// The good player's commands sent during the attack (and the
 		// second after it): the attack that slowed it, if one did.
-		if sent, worst := good.Worst(o.Start, o.Start.Add(o.Took+time.Second)); worst > hostileP99/2 || testing.Verbose() {
+		if sent, worst := played.Worst(o.Start, o.Start.Add(o.Took+time.Second)); worst > hostileP99/2 || testing.Verbose() {
 			t.Logf("good player during %q: %d commands, worst acknowledgement %v", o.Name, sent, worst.Round(100*time.Microsecond))
 		}
 	}
@@ -303,7 +304,11 @@ func TestHostileRealProcesses(t *testing.T) {
 	if classes != 11 {
 		t.Errorf("%d attack classes, want the 11 of issue 16", classes)
 	}
-	if gr.Err != nil || gr.Unanswered > 0 || gr.Refused > 0 || gr.Acked == 0 {
+	for _, seq := range gr.UnansweredSeqs {
+		sent := played.SentAt(seq)
+		fmt.Printf("hostile: good command %d (sent %s) never answered; in the log %d times\n", seq, sent.Format("15:04:05.000"), byPlayer[goodID][seq])
+	}
+	if gr.Err != "" || gr.Unanswered > 0 || gr.Refused > 0 || gr.Acked == 0 {
 		t.Errorf("good player: %d sent, %d acknowledged, %d refused, %d unanswered, session error %v", gr.Sent, gr.Acked, gr.Refused, gr.Unanswered, gr.Err)
 	}
 	// The bound is the server's: on a machine whose CPUs were saturated
@@ -339,6 +344,76 @@ func TestHostileRealProcesses(t *testing.T) {
 		b, _ := os.ReadFile(serveLog.Name())
 		lines := strings.Split(string(b), "\n")
 		t.Logf("serve log tail:\n%s", strings.Join(lines[max(0, len(lines)-30):], "\n"))
+	}
+}
+
+// TestHostileGoodPlayer is the hostile suite's good player, in a process
+// of its own (TestHostileRealProcesses starts it): it plays until its
+// stdin ends and prints what it played.
+func TestHostileGoodPlayer(t *testing.T) {
+	if os.Getenv("BROADSIDE_HOSTILE_PLAYER") != "1" {
+		t.Skip("the good player of TestHostileRealProcesses (its child process)")
+	}
+	if err := hostile.GoodPlayerMain(os.Stdin, os.Stdout); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goodPlayer is the good player's process.
+type goodPlayer struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// startGoodPlayer starts the good player's process and waits until it
+// plays.
+func startGoodPlayer(t *testing.T, addr, caFile, token string, interval time.Duration) *goodPlayer {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHostileGoodPlayer$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "BROADSIDE_HOSTILE_PLAYER=1", hostile.EnvGoodAddr+"="+addr, hostile.EnvGoodCA+"="+caFile,
+		hostile.EnvGoodToken+"="+token, hostile.EnvGoodInterval+"="+interval.String())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	g := &goodPlayer{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	for {
+		line, err := g.out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the good player did not start: %v (%q)", err, line)
+		}
+		if strings.TrimSpace(line) == "playing" {
+			return g
+		}
+	}
+}
+
+// stop ends the good player's play and returns what it played.
+func (g *goodPlayer) stop(t *testing.T) hostile.Played {
+	t.Helper()
+	g.stdin.Close()
+	for {
+		line, err := g.out.ReadString('\n')
+		if strings.HasPrefix(line, "{") {
+			var p hostile.Played
+			if err := json.Unmarshal([]byte(line), &p); err != nil {
+				t.Fatalf("the good player's report: %v", err)
+			}
+			return p
+		}
+		if err != nil {
+			t.Fatalf("the good player ended without a report: %v", err)
+		}
 	}
 }
 

@@ -3,17 +3,23 @@ package hostile
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"sync"
 	"time"
 
 	"github.com/anoptic/broadside/internal/report"
 	"github.com/anoptic/broadside/netcode/client"
+	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
 )
 
 // GoodPlayer plays steadily while the attacks run, and times every
-// command from its sending to its acknowledgement.
+// command from its sending to its acknowledgement. It runs in a process
+// of its own (GoodPlayerMain), as a real player's client would: in the
+// attacker's process it would wait for the attacker's goroutines.
 type GoodPlayer struct {
 	c        *client.Client
 	interval time.Duration
@@ -22,8 +28,6 @@ type GoodPlayer struct {
 	sentAt   map[uint64]time.Time
 	acked    map[uint64]time.Duration // seq -> ack delay
 	refused  map[uint64]wire.AckStatus
-	sentN    int
-	window   [2]time.Time // the attack window: delays of commands sent in it
 	sendErr  error
 	stopSend chan struct{}
 	done     chan struct{}
@@ -45,12 +49,6 @@ func PlayGood(ctx context.Context, addr string, tlsc *tls.Config, token string, 
 	return g, nil
 }
 
-// PlayerID is the id the server welcomed the good player with.
-func (g *GoodPlayer) PlayerID() uint32 { return g.c.Welcome().PlayerID }
-
-// Session is the good player's session id.
-func (g *GoodPlayer) Session() uint64 { return g.c.Session() }
-
 func (g *GoodPlayer) play() {
 	t := time.NewTicker(g.interval)
 	defer t.Stop()
@@ -67,7 +65,6 @@ func (g *GoodPlayer) play() {
 		seq := uint64(i + 1)
 		g.mu.Lock()
 		g.sentAt[seq] = time.Now()
-		g.sentN++
 		g.mu.Unlock()
 		if _, err := g.c.Send(wire.GameCommand{Seq: seq, Kind: wire.CommandRudder, Value: int32(i%5 - 2)}); err != nil {
 			g.mu.Lock()
@@ -102,36 +99,91 @@ func (g *GoodPlayer) read() {
 	}
 }
 
-// MarkWindow starts (start true) or ends the attack window: Report's
-// delays are those of commands sent inside it.
-func (g *GoodPlayer) MarkWindow(start bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if start {
-		g.window[0] = time.Now()
-	} else {
-		g.window[1] = time.Now()
-	}
+// Command is one of the good player's commands: when it was sent, and
+// its outcome (Delay: until its acknowledgement).
+type Command struct {
+	Seq   uint64
+	Sent  time.Time
+	Delay time.Duration
+	// Status is "acked", "refused: STATUS" or "unanswered".
+	Status string
 }
 
-// Worst returns how many commands were sent between from and to, and the
-// longest acknowledgement delay among them (an hour for one never
-// acknowledged).
-func (g *GoodPlayer) Worst(from, to time.Time) (n int, worst time.Duration) {
+// Played is what the good player did: its commands and why its session
+// ended early, if it did.
+type Played struct {
+	Commands []Command
+	Err      string
+}
+
+// Stop stops sending, waits up to wait for the last acknowledgements,
+// closes the session and returns what was played.
+func (g *GoodPlayer) Stop(wait time.Duration) Played {
+	close(g.stopSend)
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		g.mu.Lock()
+		pending := len(g.sentAt) - len(g.acked) - len(g.refused)
+		g.mu.Unlock()
+		if pending == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err := g.c.Err()
+	g.c.Close()
+	<-g.done
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for seq, at := range g.sentAt {
-		if at.Before(from) || !at.Before(to) {
-			continue
-		}
-		n++
-		d, ok := g.acked[seq]
-		if !ok {
-			d = time.Hour
-		}
-		worst = max(worst, d)
+	if err == nil {
+		err = g.sendErr
 	}
-	return n, worst
+	var p Played
+	if err != nil {
+		p.Err = err.Error()
+	}
+	for seq, at := range g.sentAt {
+		c := Command{Seq: seq, Sent: at, Status: "unanswered"}
+		if d, ok := g.acked[seq]; ok {
+			c.Delay, c.Status = d, "acked"
+		} else if st, ok := g.refused[seq]; ok {
+			c.Status = "refused: " + st.String()
+		}
+		p.Commands = append(p.Commands, c)
+	}
+	return p
+}
+
+// The environment of GoodPlayerMain.
+const (
+	EnvGoodAddr     = "BROADSIDE_HOSTILE_ADDR"
+	EnvGoodCA       = "BROADSIDE_HOSTILE_CA"
+	EnvGoodToken    = "BROADSIDE_HOSTILE_TOKEN"
+	EnvGoodInterval = "BROADSIDE_HOSTILE_INTERVAL"
+)
+
+// GoodPlayerMain is the good player's process: it connects to
+// $BROADSIDE_HOSTILE_ADDR (trusting the CA file $BROADSIDE_HOSTILE_CA)
+// with the token $BROADSIDE_HOSTILE_TOKEN, writes "playing" to out, sends
+// a command every $BROADSIDE_HOSTILE_INTERVAL until in ends, then writes
+// what it played (Played, JSON).
+func GoodPlayerMain(in io.Reader, out io.Writer) error {
+	interval, err := time.ParseDuration(os.Getenv(EnvGoodInterval))
+	if err != nil {
+		return fmt.Errorf("hostile: %s: %w", EnvGoodInterval, err)
+	}
+	tlsc, err := transport.ClientTLS(os.Getenv(EnvGoodCA))
+	if err != nil {
+		return err
+	}
+	tlsc.ServerName = "localhost"
+	g, err := PlayGood(context.Background(), os.Getenv(EnvGoodAddr), tlsc, os.Getenv(EnvGoodToken), interval)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "playing")
+	io.Copy(io.Discard, in)
+	return json.NewEncoder(out).Encode(g.Stop(10 * time.Second))
 }
 
 // GoodReport is what the good player saw.
@@ -140,55 +192,69 @@ type GoodReport struct {
 	// Refused answered otherwise, Unanswered never.
 	Sent, Acked, Refused, Unanswered int
 	// InWindow commands were sent during the attacks; P50, P99 and Max
-	// are their acknowledgement delays.
+	// are their acknowledgement delays (an unanswered one counts as an
+	// hour).
 	InWindow      int
 	P50, P99, Max time.Duration
-	// AckedSeqs are the acknowledged commands' sequence numbers.
-	AckedSeqs []uint64
+	// AckedSeqs are the acknowledged commands' sequence numbers,
+	// UnansweredSeqs those of the commands never answered.
+	AckedSeqs, UnansweredSeqs []uint64
 	// Err is why the session ended, if it did.
-	Err error
+	Err string
 }
 
-// Stop stops sending, waits up to wait for the last acknowledgements,
-// closes the session and reports.
-func (g *GoodPlayer) Stop(wait time.Duration) GoodReport {
-	close(g.stopSend)
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
-		g.mu.Lock()
-		pending := g.sentN - len(g.acked) - len(g.refused)
-		g.mu.Unlock()
-		if pending == 0 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	err := g.c.Err()
-	if err == nil {
-		err = g.sendErr
-	}
-	g.c.Close()
-	<-g.done
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	r := GoodReport{Sent: g.sentN, Acked: len(g.acked), Refused: len(g.refused), Err: err}
-	r.Unanswered = r.Sent - r.Acked - r.Refused
+// Report summarises p, with the delays of the commands sent between from
+// and to.
+func (p Played) Report(from, to time.Time) GoodReport {
+	r := GoodReport{Sent: len(p.Commands), Err: p.Err}
 	var in []time.Duration
-	for seq, d := range g.acked {
-		r.AckedSeqs = append(r.AckedSeqs, seq)
-		at := g.sentAt[seq]
-		if !at.Before(g.window[0]) && (g.window[1].IsZero() || at.Before(g.window[1])) {
-			in = append(in, d)
+	for _, c := range p.Commands {
+		d := c.Delay
+		switch c.Status {
+		case "acked":
+			r.Acked++
+			r.AckedSeqs = append(r.AckedSeqs, c.Seq)
+		case "unanswered":
+			r.Unanswered++
+			r.UnansweredSeqs = append(r.UnansweredSeqs, c.Seq)
+			d = time.Hour
+		default:
+			r.Refused++
+			d = time.Hour
 		}
-	}
-	// A command sent in the window and never acknowledged counts as
-	// slower than any acknowledged one.
-	for seq, at := range g.sentAt {
-		if _, ok := g.acked[seq]; !ok && !at.Before(g.window[0]) && (g.window[1].IsZero() || at.Before(g.window[1])) {
-			in = append(in, time.Hour)
+		if !c.Sent.Before(from) && c.Sent.Before(to) {
+			in = append(in, d)
 		}
 	}
 	h := report.DurationsOf(in)
 	r.InWindow, r.P50, r.P99, r.Max = len(in), h.Quantile(0.5), h.Quantile(0.99), h.Max()
 	return r
+}
+
+// Worst returns how many commands were sent between from and to, and the
+// longest acknowledgement delay among them (an hour for one never
+// acknowledged).
+func (p Played) Worst(from, to time.Time) (n int, worst time.Duration) {
+	for _, c := range p.Commands {
+		if c.Sent.Before(from) || !c.Sent.Before(to) {
+			continue
+		}
+		n++
+		d := c.Delay
+		if c.Status != "acked" {
+			d = time.Hour
+		}
+		worst = max(worst, d)
+	}
+	return n, worst
+}
+
+// SentAt returns when command seq was sent.
+func (p Played) SentAt(seq uint64) time.Time {
+	for _, c := range p.Commands {
+		if c.Seq == seq {
+			return c.Sent
+		}
+	}
+	return time.Time{}
 }

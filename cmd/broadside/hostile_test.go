@@ -56,7 +56,7 @@ const (
 // what was acknowledged: its prefix from before the attacks hashes the
 // same after them, every acknowledged command is in it once, and the
 // attacker's commands in it are those its rate limit let through (at
-// least those it was acknowledged).
+// least those it was acknowledged); and the match's recording verifies.
 func TestHostileRealProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes; skipped with -short")
@@ -253,6 +253,10 @@ func TestHostileRealProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The match's recording, written from the log while the attacks ran,
+	// re-simulates to the state hashes the server recorded.
+	verifyOut, _, verifyErr := tool(ctx, "replay", "verify", filepath.Join(dir, "match.bsr"))
+	verified := verifyErr == nil && strings.Contains(verifyOut, "every state hash matches")
 	lost := 0
 	for _, seq := range gr.AckedSeqs {
 		if byPlayer[goodID][seq] == 0 {
@@ -284,6 +288,7 @@ func TestHostileRealProcesses(t *testing.T) {
 		window.Seconds(), 100*(cpu1-cpu0).Seconds()/window.Seconds(), 100*machineBusy, loadAverage())
 	fmt.Printf("hostile: server RSS %.1f MiB before the attacks, peak %.1f MiB over %d samples (bound +%d MiB); tools' peak RSS on hostile files %.1f MiB (bound %d MiB)\n",
 		float64(rss0)/(1<<20), float64(peak)/(1<<20), samples, hostileRSS>>20, float64(files.PeakRSS())/(1<<20), hostileToolRSS>>20)
+	fmt.Printf("hostile: the recording verifies (replay verify): %v: %s\n", verified, lastLine(verifyOut))
 	fmt.Printf("hostile: log prefix of %d positions unchanged: %v; %d positions after; attacker commands stored %d (acknowledged %d, rate limit allows %d); view %d -> %d\n",
 		tail0, prefix0 == prefix1, tail1, attackerStored, players.AttackerAcks(), players.AttackerLimit(), view0.Number, view1.Number)
 	for _, o := range outcomes {
@@ -329,6 +334,9 @@ func TestHostileRealProcesses(t *testing.T) {
 	}
 	if prefix0 != prefix1 {
 		t.Error("the log's prefix from before the attacks changed")
+	}
+	if !verified {
+		t.Errorf("replay verify of the match's recording: %v\n%s", verifyErr, verifyOut)
 	}
 	if a := int64(attackerStored); a < players.AttackerAcks() || a > players.AttackerLimit() || others > 0 {
 		t.Errorf("the log holds %d commands of the attacker (acknowledged %d, the rate limit allows %d) and %d of unknown players",
@@ -450,6 +458,12 @@ func hashLog(t *testing.T, ctx context.Context, rc *cmdlog.RemoteClient, tail ui
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum, byPlayer
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 // loadAverage is the first three fields of /proc/loadavg.

@@ -13,10 +13,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,14 +95,16 @@ func TestHostileRealProcesses(t *testing.T) {
 		t.Cleanup(func() { f.Close() })
 		return f
 	}
+	metricsAddrs := map[msg.NodeID]string{}
 	for _, id := range ids {
 		role := "seq"
 		if id >= cmdlog.FirstShardID {
 			role = "shard"
 		}
+		metricsAddrs[id] = freeTCPAddr(t)
 		p := &proc{log: logf(fmt.Sprintf("node-%d.log", id)), args: []string{"logd", "--role", role, "--id", fmt.Sprint(id),
 			"--peers", peerFlag, "--data", filepath.Join(dir, fmt.Sprint(id)), "--tls-dir", logTLS, "--coord", ns.ClientURL(),
-			"--tick", "10ms", "--suspect-ticks", "50"}}
+			"--tick", "10ms", "--suspect-ticks", "50", "--metrics-addr", metricsAddrs[id]}}
 		p.start(t)
 		procs = append(procs, p)
 	}
@@ -125,12 +129,7 @@ func TestHostileRealProcesses(t *testing.T) {
 	// The game server on the cluster, with its admin endpoint behind a
 	// bearer token, recording the match.
 	addr := fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminAddr := l.Addr().String()
-	l.Close()
+	adminAddr := freeTCPAddr(t)
 	adminToken := make([]byte, 16)
 	rand.Read(adminToken)
 	tokenFile := filepath.Join(dir, "admin.token")
@@ -253,6 +252,13 @@ func TestHostileRealProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The log nodes counted the refusals of their links.
+	var identityRejects, forbidden float64
+	for _, id := range ids {
+		m := scrapeMetrics(t, metricsAddrs[id])
+		identityRejects += m["broadside_mesh_identity_rejects_total"]
+		forbidden += m["broadside_mesh_forbidden_total"]
+	}
 	// The match's recording, written from the log while the attacks ran,
 	// re-simulates to the state hashes the server recorded.
 	verifyOut, _, verifyErr := tool(ctx, "replay", "verify", filepath.Join(dir, "match.bsr"))
@@ -288,6 +294,7 @@ func TestHostileRealProcesses(t *testing.T) {
 		window.Seconds(), 100*(cpu1-cpu0).Seconds()/window.Seconds(), 100*machineBusy, loadAverage())
 	fmt.Printf("hostile: server RSS %.1f MiB before the attacks, peak %.1f MiB over %d samples (bound +%d MiB); tools' peak RSS on hostile files %.1f MiB (bound %d MiB)\n",
 		float64(rss0)/(1<<20), float64(peak)/(1<<20), samples, hostileRSS>>20, float64(files.PeakRSS())/(1<<20), hostileToolRSS>>20)
+	fmt.Printf("hostile: the log nodes counted %.0f links refused for a claimed id, %.0f for a message a client may not send\n", identityRejects, forbidden)
 	fmt.Printf("hostile: the recording verifies (replay verify): %v: %s\n", verified, lastLine(verifyOut))
 	fmt.Printf("hostile: log prefix of %d positions unchanged: %v; %d positions after; attacker commands stored %d (acknowledged %d, rate limit allows %d); view %d -> %d\n",
 		tail0, prefix0 == prefix1, tail1, attackerStored, players.AttackerAcks(), players.AttackerLimit(), view0.Number, view1.Number)
@@ -334,6 +341,9 @@ func TestHostileRealProcesses(t *testing.T) {
 	}
 	if prefix0 != prefix1 {
 		t.Error("the log's prefix from before the attacks changed")
+	}
+	if identityRejects < 2 || forbidden < 3+2+2+2 {
+		t.Errorf("the log nodes counted %.0f identity rejects and %.0f forbidden client messages", identityRejects, forbidden)
 	}
 	if !verified {
 		t.Errorf("replay verify of the match's recording: %v\n%s", verifyErr, verifyOut)
@@ -458,6 +468,40 @@ func hashLog(t *testing.T, ctx context.Context, rc *cmdlog.RemoteClient, tail ui
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum, byPlayer
+}
+
+// freeTCPAddr returns a loopback TCP address free now.
+func freeTCPAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// scrapeMetrics returns the unlabelled samples of a /metrics endpoint.
+func scrapeMetrics(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			out[name] = f
+		}
+	}
+	return out
 }
 
 // lastLine is the last non-empty line of s.

@@ -216,6 +216,7 @@ func runLogd(ctx context.Context, o logdFlags) error {
 		return err
 	}
 	defer m.Close()
+	registerMeshMetrics(reg, m, inbox)
 	n := logdNode{self: self, layout: cmdlog.LayoutOf(peers, o.cf.stripeUnit), replicas: replicaIDs(peers), mesh: m, inbox: inbox, reg: reg, log: log}
 	log.Info("logd listening", "role", o.role, "addr", m.Addr(), "shards", n.layout.Shards, "stripe_unit", n.layout.StripeUnit)
 	switch o.role {
@@ -226,6 +227,19 @@ func runLogd(ctx context.Context, o logdFlags) error {
 	default:
 		return fmt.Errorf("--role must be seq or shard, not %q", o.role)
 	}
+}
+
+// registerMeshMetrics exports the refusals of the node's links: peers
+// whose certificate does not prove their claimed id, clients that sent
+// what a client may not, and messages the full inbox dropped.
+func registerMeshMetrics(reg prometheus.Registerer, m *mesh.Mesh, in node.Inbox) {
+	counter := func(name, help string, f func() uint64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "mesh", Name: name, Help: help},
+			func() float64 { return float64(f()) }))
+	}
+	counter("identity_rejects_total", "Links closed because the peer's certificate does not prove the node id it claimed (CodeBadIdentity).", m.IdentityRejects)
+	counter("forbidden_total", "Client links closed for a message a client may not send (a node's message, or a Trim without broadside:perm:trim).", m.Forbidden)
+	counter("inbox_dropped_total", "Inbound messages dropped because the node's inbox was full (messages or bytes).", in.Dropped)
 }
 
 // startEmbeddedNATS starts a nats-server on hostPort with its data under

@@ -7,10 +7,10 @@ DST_SEEDS ?= 500
 SOAK_SEEDS ?= 20000
 REPLAY_DST_SEEDS ?= 300
 
-.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard generate fuzz bench dst-soak replay-dst-soak lint build viewer viewer-wasm browser browser-docs browser-perf
+.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard generate fuzz bench dst-soak replay-dst-soak lint build viewer hostile viewer-wasm browser browser-docs browser-perf
 
 ## test: install missing system packages, vet, run every test (the deterministic simulators and the process fault test included)
-test: deps vet unit dst replay-dst faults jetstream-shard crash diskfull viewer browser
+test: deps vet unit dst replay-dst faults jetstream-shard crash diskfull hostile viewer browser
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:
@@ -22,7 +22,7 @@ vet:
 
 ## unit: all package tests except the simulators and the process fault test (run by `dst`, `replay-dst` and `faults` with summary lines)
 unit:
-	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses|TestCrashRealProcesses|TestDiskFullRealProcess|TestJetStreamShardRealProcesses' $$($(GO) list ./... | grep -v -E '/internal/(dst|replaydst)$$')
+	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses|TestCrashRealProcesses|TestDiskFullRealProcess|TestJetStreamShardRealProcesses|TestHostileRealProcesses' $$($(GO) list ./... | grep -v -E '/internal/(dst|replaydst)$$')
 
 ## crash: SIGKILL the game server (serve) at random moments, in a snapshot write and in a recovery, while bots play; prints the crash line
 crash:
@@ -38,6 +38,11 @@ diskfull:
 faults:
 	$(GO) test -count=1 -timeout 10m -v -run 'TestFaultsRealProcesses' ./cmd/broadside \
 	  | grep -E '^(faults:|--- FAIL|FAIL|ok)|SIGKILL|lost'
+
+## hostile: every attack class of issue 16 against real logd and serve processes while a good player plays; prints the hostile line
+hostile:
+	@out=$$($(GO) test -count=1 -timeout 5m -v -run 'TestHostileRealProcesses' ./cmd/broadside 2>&1) || { echo "$$out" | grep -v '^=== RUN'; exit 1; }; \
+	  echo "$$out" | grep -E '^(hostile:|--- FAIL|FAIL|ok)'
 
 ## jetstream-shard: logd shards on JetStream (3-node NATS cluster, R3): SIGKILL shards under load, one with its disk deleted, stop a NATS node; prints the jetstream-shard line
 jetstream-shard:
@@ -70,7 +75,7 @@ dst-soak:
 generate: deps
 	$(GO) generate ./...
 
-## fuzz: run every fuzz target for FUZZTIME each
+## fuzz: run every fuzz target for FUZZTIME each (a duration or a count, e.g. FUZZTIME=200000x); fails only when a target wrote a reproducer under testdata/fuzz (golang/go#75804)
 fuzz:
 	@./scripts/fuzz.sh $(FUZZTIME)
 

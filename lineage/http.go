@@ -104,6 +104,7 @@ func StoreHandler(store func() (Store, func())) http.Handler {
 // write methods return ErrReadOnly.
 type HTTPStore struct {
 	base   string
+	token  string
 	client *http.Client
 }
 
@@ -121,10 +122,20 @@ func NewHTTPStore(base string) *HTTPStore {
 	return &HTTPStore{base: strings.TrimSuffix(base, "/"), client: &http.Client{Timeout: 30 * time.Second}}
 }
 
+// WithToken makes every request carry the admin bearer token (a server
+// whose admin endpoint has --admin-token-file) and returns h.
+func (h *HTTPStore) WithToken(token string) *HTTPStore {
+	h.token = token
+	return h
+}
+
 func (h *HTTPStore) get(ctx context.Context, path string, limit int64) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.base+path, nil)
 	if err != nil {
 		return nil, err
+	}
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {

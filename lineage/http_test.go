@@ -73,3 +73,26 @@ func TestHTTPStoreRejectsGarbage(t *testing.T) {
 		t.Error("garbage range accepted")
 	}
 }
+
+// TestHTTPStoreToken: WithToken's bearer token goes with every request
+// (a server's admin endpoint behind --admin-token-file).
+func TestHTTPStoreToken(t *testing.T) {
+	s := NewMemStore()
+	putTestRange(t, s, testRange(0, 0, 128, 1))
+	h := StoreHandler(func() (Store, func()) { return s, func() {} })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer sesame-sesame-sesame" {
+			http.Error(w, "token required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	if _, err := LoadIndex(context.Background(), NewHTTPStore(srv.URL)); err == nil {
+		t.Fatal("loaded without the token")
+	}
+	ix, err := LoadIndex(context.Background(), NewHTTPStore(srv.URL).WithToken("sesame-sesame-sesame"))
+	if err != nil || ix.Stats().Ranges != 1 {
+		t.Fatalf("with the token: %v", err)
+	}
+}

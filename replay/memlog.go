@@ -71,6 +71,13 @@ func (l *MemLog) AppendWithID(ctx context.Context, id msg.RecordID, data []byte)
 	return nil
 }
 
+// AppendWithIDAsync is AppendWithID calling done with its outcome before
+// it returns (a MemLog never waits).
+func (l *MemLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
+	done(l.AppendWithID(ctx, id, data))
+	return nil
+}
+
 // Tail returns the position of the last entry (0 if none was appended).
 func (l *MemLog) Tail() uint64 {
 	l.mu.Lock()

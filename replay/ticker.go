@@ -50,16 +50,29 @@ type TickerConfig struct {
 	// append, a paused process) before it stops catching up with a burst
 	// of markers and restarts its schedule from now (default one second).
 	MaxLag time.Duration
-	// OnTick, if set, is called after TICK(n) is durable.
+	// InFlight is how many markers may await their acknowledgement at once
+	// (default DefaultTickerInFlight). One would bound the tick rate by the
+	// log's append latency: at 30 Hz any latency above 33 ms would slow the
+	// world down.
+	InFlight int
+	// OnTick, if set, is called after TICK(n) is durable, in tick order.
 	OnTick func(tick uint64, at time.Time)
 }
+
+// DefaultTickerInFlight is the default TickerConfig.InFlight: enough
+// markers for 30 Hz to hold through 260 ms of append latency.
+const DefaultTickerInFlight = 8
 
 // Ticker appends the world's TICK(n) markers at its tick rate. Commands
 // ordered between TICK(n-1) and TICK(n) are tick n's inputs, so the log
 // alone defines the execution, time included. Each marker has the
-// deterministic id {TickerClientID(world), n} and is appended only after
-// the previous one is durable, so markers are in tick order and a second or
-// restarted ticker never stores a tick twice.
+// deterministic id {TickerClientID(world), n}, so a second or restarted
+// ticker never stores a tick twice. Up to InFlight markers are appended at
+// once, in tick order on one log client, so the log orders them in tick
+// order unless a fault makes it reorder two of them; then a Runner steps
+// the ticks the higher marker skipped without input and ignores the lower,
+// stale one (Runner.tickMarker), so the log still alone defines the
+// execution.
 type Ticker struct {
 	cfg  TickerConfig
 	id   uint64
@@ -92,7 +105,8 @@ func (t *Ticker) Period() time.Duration { return time.Second / time.Duration(t.c
 // it). It is safe to call while Run runs.
 func (t *Ticker) Next() uint64 { return t.next.Load() }
 
-// Run appends markers until ctx ends (it then returns ctx.Err()).
+// Run appends markers until ctx ends (it then returns ctx.Err()) or the
+// log is closed.
 func (t *Ticker) Run(ctx context.Context) error {
 	next := t.next.Load()
 	if next == 0 {
@@ -103,6 +117,96 @@ func (t *Ticker) Run(ctx context.Context) error {
 		next = last + 1
 		t.next.Store(next)
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	inFlight := t.cfg.InFlight
+	if inFlight <= 0 {
+		inFlight = DefaultTickerInFlight
+	}
+	async, ok := t.cfg.Log.(AsyncAppender)
+	if !ok {
+		// Appends from several goroutines could reach the log in any
+		// order: one marker at a time.
+		inFlight = 1
+	}
+	// pending holds the markers issued and not yet acknowledged, in tick
+	// order; its capacity is the bound. The confirming goroutine takes
+	// them in that order.
+	type marker struct {
+		tick uint64
+		done chan error
+	}
+	pending := make(chan marker, inFlight)
+	confirmed := make(chan struct{})
+	go func() {
+		defer close(confirmed)
+		failed := false
+		for m := range pending {
+			if failed {
+				continue // the rest are not waited for
+			}
+			var err error
+			select {
+			case err = <-m.done:
+			case <-ctx.Done():
+				// A marker the log client still holds is not waited
+				// for: its outcome lands in m.done's buffer.
+				failed = true
+				continue
+			}
+			if err != nil {
+				cancel(err)
+				failed = true
+				continue
+			}
+			if t.cfg.OnTick != nil {
+				t.cfg.OnTick(m.tick, t.cfg.Clock.Now())
+			}
+		}
+	}()
+	err := t.schedule(ctx, next, func(n uint64) bool {
+		m := marker{tick: n, done: make(chan error, 1)}
+		select {
+		case pending <- m:
+		case <-ctx.Done():
+			return false
+		}
+		if async == nil {
+			m.done <- t.appendTick(ctx, n)
+			return true
+		}
+		// Issued here, on this goroutine, so markers join the log client
+		// in tick order; one the client refuses is retried apart.
+		data := wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeTick, Tick: n})
+		if aerr := async.AppendWithIDAsync(ctx, msg.RecordID{Client: t.id, Seq: n}, data, func(err error) {
+			if err != nil {
+				go func() { m.done <- t.appendTick(ctx, n) }()
+				return
+			}
+			m.done <- nil
+		}); aerr != nil {
+			go func() { m.done <- t.appendTick(ctx, n) }()
+		}
+		return true
+	})
+	close(pending)
+	<-confirmed
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+// AsyncAppender is a log that appends without a goroutine waiting
+// (*cmdlog.Client): appends issued in order from one goroutine reach the
+// log client in that order. done is called once with the outcome.
+type AsyncAppender interface {
+	AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error
+}
+
+// schedule calls issue for each tick from next on, one period apart, until
+// ctx ends or issue returns false.
+func (t *Ticker) schedule(ctx context.Context, next uint64, issue func(uint64) bool) error {
 	clock, period := t.cfg.Clock, t.Period()
 	anchor, k := clock.Now(), time.Duration(0)
 	for {
@@ -114,11 +218,8 @@ func (t *Ticker) Run(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		if err := t.appendTick(ctx, next); err != nil {
-			return err
-		}
-		if t.cfg.OnTick != nil {
-			t.cfg.OnTick(next, clock.Now())
+		if !issue(next) {
+			return ctx.Err()
 		}
 		next++
 		t.next.Store(next)

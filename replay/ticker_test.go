@@ -229,3 +229,85 @@ func TestTickerSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// slowLog acknowledges each append latency after it was issued (on the
+// injected clock), in the order issued: a log slower than a tick period.
+type slowLog struct {
+	*replay.MemLog
+	clk     *fakeClock
+	latency time.Duration
+	queue   chan func()
+	stopped chan struct{}
+}
+
+func newSlowLog(clk *fakeClock, latency time.Duration) *slowLog {
+	l := &slowLog{MemLog: replay.NewMemLog(), clk: clk, latency: latency, queue: make(chan func(), 1024), stopped: make(chan struct{})}
+	go func() {
+		defer close(l.stopped)
+		for f := range l.queue {
+			f()
+		}
+	}()
+	return l
+}
+
+// stop lets the appends still queued land and ends the log's goroutine.
+func (l *slowLog) stop() {
+	close(l.queue)
+	for {
+		select {
+		case <-l.stopped:
+			return
+		case <-time.After(time.Millisecond):
+			l.clk.Advance(l.latency)
+		}
+	}
+}
+
+func (l *slowLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
+	at := l.clk.Now().Add(l.latency)
+	data = append([]byte(nil), data...)
+	l.queue <- func() {
+		<-l.clk.After(at.Sub(l.clk.Now()))
+		done(l.MemLog.AppendWithID(ctx, id, data))
+	}
+	return nil
+}
+
+// A log whose appends take three tick periods does not slow the world's
+// ticks down: the ticker keeps several markers in flight, in tick order
+// (one at a time, it would tick at a third of its rate).
+func TestTickerRateHoldsOnASlowLog(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	l := newSlowLog(clk, 100*time.Millisecond)
+	const rate = 30
+	tk, err := replay.NewTicker(replay.TickerConfig{World: 9, Log: l, Rate: rate, Clock: clk, Start: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tk.Run(ctx) }()
+	period := time.Second / rate
+	for i := 1; i <= rate; i++ {
+		// Wait (bounded) for the ticker to issue this period's marker.
+		for deadline := time.Now().Add(2 * time.Second); tk.Next() <= uint64(i) && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Microsecond)
+		}
+		time.Sleep(time.Millisecond) // the ticker waits on the clock again
+		clk.Advance(period)
+	}
+	for i := 0; i < 10; i++ { // the markers still in flight land
+		time.Sleep(2 * time.Millisecond)
+		clk.Advance(period)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	l.stop()
+	got := checkTicks(t, l.Entries(1))
+	if got < rate {
+		t.Fatalf("%d ticks in the log after one second of a 30 Hz ticker on a log with 100 ms appends, want at least %d", got, rate)
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/demo/viewer"
 	"github.com/anoptic/broadside/demo/viewer/ebitenview"
+	"github.com/anoptic/broadside/internal/adminauth"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/replay/bsr"
 )
@@ -55,6 +56,7 @@ type options struct {
 	tokenFile string
 	worldSeed uint64
 	admin     string
+	adminTok  string
 	// worldFixed: a world flag was given, so it overrides the world the
 	// server describes in its Welcome.
 	worldFixed bool
@@ -100,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.caFile, "ca", "broadside-dev/tls/ca.pem", "--live: CA certificate `FILE` to trust (a dev server's ca.pem)")
 	fs.StringVar(&o.token, "token", "", "--live: the spectator's token ('broadside token --player NAME')")
 	fs.StringVar(&o.admin, "admin", "", "--live: the server's admin address (serve --admin-addr, e.g. 127.0.0.1:9090), to ask it why")
+	fs.StringVar(&o.adminTok, "admin-token-file", "", "--live with --admin: the server's admin bearer token `FILE` (serve --admin-token-file)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "--live: read the token from `FILE`")
 	fs.Uint64Var(&o.worldSeed, "world-seed", 1, "--live: the server's world seed (broadside serve --seed); the world flags are needed only for servers that do not describe their world")
 	fs.IntVar(&o.worldSize, "world-size", 4000, "--live: the server's sea size in metres (broadside serve --world-size)")
@@ -189,7 +192,14 @@ func dialLive(ctx context.Context, o options) (viewer.Source, error) {
 		SectorsX: o.sectors, SectorsY: o.sectors, Islands: o.islands}
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	l, err := viewer.DialLive(dctx, viewer.LiveOptions{Addr: o.live, TLS: tlsConf, Token: token, Config: cfg, Fixed: o.worldFixed, Lineage: o.admin})
+	var adminToken []byte
+	if o.adminTok != "" {
+		if adminToken, err = adminauth.ReadToken(o.adminTok); err != nil {
+			return nil, err
+		}
+	}
+	l, err := viewer.DialLive(dctx, viewer.LiveOptions{Addr: o.live, TLS: tlsConf, Token: token, Config: cfg, Fixed: o.worldFixed,
+		Lineage: o.admin, LineageToken: string(adminToken)})
 	if err != nil {
 		return nil, err
 	}

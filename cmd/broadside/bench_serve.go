@@ -69,6 +69,7 @@ runtime (other). --json FILE writes one row per contender and bot count.
 	f.DurationVar(&cfg.Duration, "duration", 15*time.Second, "length of each run")
 	f.StringVar(&cfg.JSONPath, "json", "", "write the results as JSON to `FILE`")
 	f.StringVar(&cfg.Dir, "dir", "", "parent `DIR` of the data directories (default: the system temp dir)")
+	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "write each run's CPU profile to `DIR`/serve-CONTENDER-BOTS.pprof")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress on stderr")
 	return cmd
 }

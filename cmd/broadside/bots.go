@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
-	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/demo/bots"
+	"github.com/anoptic/broadside/internal/report"
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/spf13/cobra"
@@ -77,7 +77,7 @@ and fires blindly.`,
 				return err
 			}
 			fmt.Fprintf(out, "bots:        %d x %.0f commands/s for %.1fs (%s)\n", rep.Bots, rep.RatePerBot, rep.DurationSec, cfg.Behaviour)
-			printBotsReport(out, rep)
+			rep.WriteText(out)
 			if len(rep.Errors) == 0 {
 				fmt.Fprintf(out, "errors:      none\n")
 			}
@@ -119,25 +119,7 @@ and fires blindly.`,
 	return cmd
 }
 
-func printBotsReport(out io.Writer, rep bots.Report) {
-	fmt.Fprintf(out, "commands:    %d sent, %d acknowledged %s (%d durable, %d replicated), %d applied, %d rate-limited, %d turns skipped with the window full\n",
-		rep.Sent, rep.Acked, rep.AckStatus, rep.Durable, rep.Replicated, rep.Applied, rep.RateLimited, rep.Skipped)
-	fmt.Fprintf(out, "ack latency: p50 %.2fms  p99 %.2fms  p99.9 %.2fms  max %.2fms (sent to acknowledged %s, on one connection)\n",
-		usMs(rep.AckP50us), usMs(rep.AckP99us), usMs(rep.AckP999us), usMs(rep.AckMaxus), rep.AckStatus)
-	fmt.Fprintf(out, "sessions:    %d reconnections, %d commands resent", rep.Reconnects, rep.Resent)
-	if rep.ResentAcks > 0 {
-		fmt.Fprintf(out, "; %d acknowledged after waiting across a reconnection: p50 %.1fms max %.1fms (outage included)",
-			rep.ResentAcks, usMs(rep.ResentAckP50us), usMs(rep.ResentAckMaxus))
-	}
-	fmt.Fprintln(out)
-	fmt.Fprintf(out, "applied:     p50 %.1fms  p99 %.1fms  p99.9 %.1fms (sent to the state update of the tick that applied it)\n",
-		usMs(rep.AppliedP50us), usMs(rep.AppliedP99us), usMs(rep.AppliedP999us))
-	fmt.Fprintf(out, "state:       %.1f updates/s per client, inter-arrival jitter p50 %.2fms p99 %.2fms\n", rep.UpdatesPerSec, usMs(rep.JitterP50us), usMs(rep.JitterP99us))
-	fmt.Fprintf(out, "bandwidth:   %.0f B/s up, %.0f B/s down per client\n", rep.UpBytesPerSec, rep.DownBytesPerSec)
-}
-
-func usMs(us int64) float64 { return float64(us) / 1000 }
-
+// plotTimeline draws the report's ack and applied latency over time.
 func plotTimeline(rep bots.Report, file string) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%d bots x %.0f cmd/s: command to ack (%s) and to applied", rep.Bots, rep.RatePerBot, rep.AckStatus)
@@ -167,5 +149,5 @@ func plotTimeline(rep bots.Report, file string) error {
 	p.Legend.Add("ack p50", l50)
 	p.Legend.Add("ack p99", l99)
 	p.Legend.Add("applied p99", lapp)
-	return p.Save(8*vg.Inch, 4*vg.Inch, file)
+	return report.Chart{Plots: []*plot.Plot{p}, PanelWidth: 8 * vg.Inch, PanelHeight: 4 * vg.Inch}.WritePNG(file)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -77,17 +76,6 @@ func parsePeers(s string) (map[msg.NodeID]string, error) {
 		return nil, fmt.Errorf("--peers is required (for example 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003,101=127.0.0.1:7101,102=127.0.0.1:7102)")
 	}
 	return peers, nil
-}
-
-func replicaIDs(peers map[msg.NodeID]string) []msg.NodeID {
-	var ids []msg.NodeID
-	for id := range peers {
-		if id < cmdlog.FirstShardID {
-			ids = append(ids, id)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return ids
 }
 
 // nodeTLS returns the server and client TLS configs of node id (mutual

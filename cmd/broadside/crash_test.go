@@ -367,7 +367,7 @@ func TestCrashRealProcesses(t *testing.T) {
 // commands it lacks or holds twice.
 func (r *crashRig) checkLog() (lost, dup int, entries []msg.Entry) {
 	r.t.Helper()
-	sl, err := openStoredLog(filepath.Join(r.dir, "data"))
+	sl, err := world.OpenStored(filepath.Join(r.dir, "data"), quietLogger())
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord"
 	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
+	"github.com/anoptic/broadside/cmdlog/logd"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/transport"
 )
@@ -213,7 +214,7 @@ func TestJetStreamShardRealProcesses(t *testing.T) {
 		}
 		defer conn.Close()
 		js, _ := jetstream.New(conn)
-		st, err := js.Stream(ctx, shardStreamName("broadside", id))
+		st, err := js.Stream(ctx, logd.ShardStreamName("broadside", id))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,6 +57,7 @@ re-simulating the match without a command.`,
 	pf.StringVar(&lf.storeDir, "store", "", "lineage store `DIR` (Pebble)")
 	if store == nil {
 		pf.StringVar(&lf.serverURL, "server", "", "ask a running server's admin endpoint (`URL`, e.g. http://127.0.0.1:9090) instead of a store")
+		pf.StringVar(&lf.adminTokenFile, "admin-token-file", "", "with --server: the admin bearer token file (serve --admin-token-file)")
 	}
 	pf.StringVar(&lf.recording, "recording", "", "ask the lineage a .bsr recording `FILE` carries instead of a store")
 	pf.BoolVar(&lf.asJSON, "json", false, "print JSON instead of text")
@@ -69,6 +70,7 @@ re-simulating the match without a command.`,
 type lineageFlags struct {
 	storeDir, serverURL string
 	recording           string
+	adminTokenFile      string
 	asJSON              bool
 	// store, if not nil, answers instead of --store.
 	store lineage.Store
@@ -78,7 +80,7 @@ type lineageFlags struct {
 // to --server and prints its answer.
 func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index) error) error {
 	if lf.serverURL != "" {
-		return linAskServer(cmd, lf.serverURL)
+		return linAskServer(cmd, lf.serverURL, lf.adminTokenFile)
 	}
 	if lf.recording != "" {
 		r, err := bsr.Open(lf.recording)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anoptic/broadside/internal/adminauth"
 	"github.com/anoptic/broadside/lineage"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -20,11 +21,19 @@ import (
 var linRemoteQueries = map[string]bool{"why": true, "affected": true, "frame": true, "info": true}
 
 // linAskServer sends the query of cmd (its name and the flags given) to a
-// server's admin endpoint /lineage and prints the answer.
-func linAskServer(cmd *cobra.Command, serverURL string) error {
+// server's admin endpoint /lineage, with the bearer token of tokenFile
+// (empty: none), and prints the answer.
+func linAskServer(cmd *cobra.Command, serverURL, tokenFile string) error {
+	var token []byte
+	if tokenFile != "" {
+		var err error
+		if token, err = adminauth.ReadToken(tokenFile); err != nil {
+			return err
+		}
+	}
 	args := []string{cmd.Name()}
 	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if f.Name != "server" && f.Name != "store" {
+		if f.Name != "server" && f.Name != "store" && f.Name != "admin-token-file" {
 			args = append(args, "--"+f.Name+"="+f.Value.String())
 		}
 	})
@@ -39,6 +48,9 @@ func linAskServer(cmd *cobra.Command, serverURL string) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != nil {
+		req.Header.Set("Authorization", "Bearer "+string(token))
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("lineage server: %w", err)
@@ -47,6 +59,9 @@ func linAskServer(cmd *cobra.Command, serverURL string) error {
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("lineage server: %w", err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized && token == nil {
+		return fmt.Errorf("lineage server %s: give the server's admin token (--admin-token-file)", resp.Status)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("lineage server %s: %s", resp.Status, strings.TrimSpace(string(out)))

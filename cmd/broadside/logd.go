@@ -1,33 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/anoptic/broadside/cmdlog"
-	"github.com/anoptic/broadside/cmdlog/coord"
 	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
-	"github.com/anoptic/broadside/cmdlog/mesh"
+	"github.com/anoptic/broadside/cmdlog/logd"
 	"github.com/anoptic/broadside/cmdlog/msg"
-	"github.com/anoptic/broadside/cmdlog/node"
-	"github.com/anoptic/broadside/cmdlog/seq"
-	"github.com/anoptic/broadside/cmdlog/shard"
-	"github.com/anoptic/broadside/cmdlog/shardstore"
-	"github.com/anoptic/broadside/cmdlog/shardstore/jsstore"
-	"github.com/anoptic/broadside/cmdlog/wal"
-	"github.com/anoptic/broadside/netcode/transport"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -149,9 +134,8 @@ for every NATS connection of the node.`,
 	return cmd
 }
 
-// runLogd runs one node until ctx ends: its QUIC mesh, the coordinator
-// (and the embedded nats-server if asked for), metrics, and the
-// sequencing replica or the shard.
+// runLogd runs one node until ctx ends: its metrics, and the node
+// (logd.Run).
 func runLogd(ctx context.Context, o logdFlags) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("node", o.id)
 	peers, err := parsePeers(o.cf.peers)
@@ -168,8 +152,15 @@ func runLogd(ctx context.Context, o logdFlags) error {
 	if o.dataDir == "" {
 		return fmt.Errorf("--data DIR is required")
 	}
-	if err := os.MkdirAll(o.dataDir, 0o755); err != nil {
+	if o.embeddedNATS == "" && o.cf.coordURL == "" {
+		return fmt.Errorf("--coord nats://HOST:PORT is required (or run a node with --embedded-nats)")
+	}
+	d, err := parseDurability(o.durability)
+	if err != nil {
 		return err
+	}
+	if o.role == string(logd.Seq) {
+		announceDurability(os.Stderr, d)
 	}
 	host, _, _ := net.SplitHostPort(o.listen)
 	server, client, err := o.cf.nodeTLS(self, host)
@@ -180,194 +171,14 @@ func runLogd(ctx context.Context, o logdFlags) error {
 	if err != nil {
 		return err
 	}
-	if o.embeddedNATS != "" {
-		ns, err := startEmbeddedNATS(o.embeddedNATS, o.dataDir, connOpts)
-		if err != nil {
-			return err
-		}
-		defer ns.Shutdown()
-		o.cf.coordURL = ns.ClientURL()
-		log.Info("embedded nats-server", "url", o.cf.coordURL)
-	}
-	if o.cf.coordURL == "" {
-		return fmt.Errorf("--coord nats://HOST:PORT is required (or run a node with --embedded-nats)")
-	}
-	co, closeCoord, err := natscoord.DialConfig(ctx, o.cf.coordURL,
-		natscoord.Config{Cluster: o.cf.clusterName, Replicas: o.coordReps}, connOpts)
-	if err != nil {
-		return err
-	}
-	defer closeCoord()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	serveAdmin(ctx, o.metricsAddr, reg, log, nil)
-
-	inbox := node.NewInbox()
-	// A node answers its previous life's connections with a stateless
-	// reset (the key stays in its data directory), so peers notice a
-	// restart at once instead of at their idle timeout.
-	resetKey, err := mesh.LoadOrCreateResetKey(filepath.Join(o.dataDir, "quic-reset-key"))
-	if err != nil {
-		return err
-	}
-	m, err := mesh.New(mesh.Config{Self: self, ListenAddr: o.listen, Peers: peers, ServerTLS: server, ClientTLS: client, Inbox: inbox, Logger: log,
-		StatelessResetKey: resetKey, RequireIdentity: true})
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	n := logdNode{self: self, layout: cmdlog.LayoutOf(peers, o.cf.stripeUnit), replicas: replicaIDs(peers), mesh: m, inbox: inbox, reg: reg, log: log}
-	log.Info("logd listening", "role", o.role, "addr", m.Addr(), "shards", n.layout.Shards, "stripe_unit", n.layout.StripeUnit)
-	switch o.role {
-	case "seq":
-		return n.runSeq(ctx, o, co, n.replicas)
-	case "shard":
-		return n.runShard(ctx, o, connOpts)
-	default:
-		return fmt.Errorf("--role must be seq or shard, not %q", o.role)
-	}
-}
-
-// startEmbeddedNATS starts a nats-server on hostPort with its data under
-// dataDir/nats. It demands of clients the credentials the node itself
-// connects with (--nats-user and --nats-password-file, or --nats-nkey),
-// over TLS with --nats-cert and --nats-key as its certificate when given;
-// beyond loopback it refuses to start without credentials.
-func startEmbeddedNATS(hostPort, dataDir string, c natscoord.ConnOptions) (*natscoord.Embedded, error) {
-	h, p, err := net.SplitHostPort(hostPort)
-	if err != nil {
-		return nil, fmt.Errorf("--embedded-nats: %w", err)
-	}
-	port, _ := strconv.Atoi(p)
-	auth := natscoord.ServerAuth{User: c.User, Password: c.Password}
-	if c.NkeySeedFile != "" {
-		seed, err := os.ReadFile(c.NkeySeedFile)
-		if err != nil {
-			return nil, fmt.Errorf("--embedded-nats: %w", err)
-		}
-		kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
-		if err != nil {
-			return nil, fmt.Errorf("--embedded-nats: nkey seed %s: %w", c.NkeySeedFile, err)
-		}
-		pub, err := kp.PublicKey()
-		if err != nil {
-			return nil, fmt.Errorf("--embedded-nats: nkey seed %s: %w", c.NkeySeedFile, err)
-		}
-		auth.Nkeys = []string{pub}
-	}
-	if c.CertFile != "" && c.KeyFile != "" {
-		if auth.TLS, err = transport.ServerTLS(c.CertFile, c.KeyFile); err != nil {
-			return nil, fmt.Errorf("--embedded-nats: %w", err)
-		}
-	}
-	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dataDir, "nats"), Host: h, Port: port, Auth: auth})
-	if err != nil {
-		return nil, fmt.Errorf("--embedded-nats: %w", err)
-	}
-	return ns, nil
-}
-
-// logdNode is what a node runs on, whatever its role.
-type logdNode struct {
-	self     msg.NodeID
-	layout   msg.Layout
-	replicas []msg.NodeID
-	mesh     *mesh.Mesh
-	inbox    node.Inbox
-	reg      *prometheus.Registry
-	log      *slog.Logger
-}
-
-// runSeq runs a sequencing replica, bootstrapping the cluster's first
-// view with replicas if there is none yet.
-func (n logdNode) runSeq(ctx context.Context, o logdFlags, co coord.Coordinator, replicas []msg.NodeID) error {
-	d, err := parseDurability(o.durability)
-	if err != nil {
-		return err
-	}
-	announceDurability(os.Stderr, d)
-	if _, err := cmdlog.Bootstrap(ctx, co, replicas); err != nil {
-		return err
-	}
-	w, err := wal.Open(filepath.Join(o.dataDir, "wal"), wal.Options{Logger: n.log})
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	metrics := node.NewSeqMetrics(n.reg)
-	return node.RunSeq(ctx, node.SeqConfig{
-		Core:        seq.Config{ID: n.self, Layout: n.layout, Replicas: n.replicas, Durability: d, SuspectTicks: o.suspect},
-		Timing:      node.Timing{Tick: o.cf.tick},
-		Coordinator: co, WAL: w, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
-		Observe: metrics.Observe,
+	return logd.Run(ctx, logd.Options{
+		Role: logd.Role(o.role), ID: self, Peers: peers, StripeUnit: o.cf.stripeUnit, Listen: o.listen, DataDir: o.dataDir,
+		ServerTLS: server, ClientTLS: client, CoordURL: o.cf.coordURL, EmbeddedNATS: o.embeddedNATS,
+		ClusterName: o.cf.clusterName, CoordReplicas: o.coordReps, NATS: connOpts,
+		Durability: d, SuspectTicks: o.suspect, Tick: o.cf.tick, ShardStore: o.shardStore, ShardReplicas: o.shardReps,
+		Registry: reg, Logger: log,
 	})
-}
-
-// runShard runs a shard on its store (--shard-store).
-func (n logdNode) runShard(ctx context.Context, o logdFlags, connOpts natscoord.ConnOptions) error {
-	if n.self < cmdlog.FirstShardID {
-		return fmt.Errorf("shard ids start at %d", cmdlog.FirstShardID)
-	}
-	var st shard.Storage
-	switch o.shardStore {
-	case "pebble":
-		p, err := shardstore.Open(filepath.Join(o.dataDir, "shard"), shardstore.Options{Logger: n.log})
-		if err != nil {
-			return err
-		}
-		defer p.Close()
-		st = p
-	case "jetstream":
-		js, closeJS, err := openShardStream(ctx, o, n.self, connOpts, n.log)
-		if err != nil {
-			return err
-		}
-		defer closeJS()
-		st = js
-	default:
-		return fmt.Errorf("--shard-store must be pebble or jetstream, not %q", o.shardStore)
-	}
-	metrics := node.NewShardMetrics(n.reg)
-	return node.RunShard(ctx, node.ShardConfig{
-		Core: shard.Config{ID: n.self, Layout: n.layout, Replicas: n.replicas}, Storage: st, Transport: n.mesh, Inbox: n.inbox, Logger: n.log,
-		Observe: metrics.Observe,
-	})
-}
-
-// shardStreamName is the JetStream stream of shard id of cluster: letters,
-// digits, '-' and '_' only.
-func shardStreamName(cluster string, id msg.NodeID) string {
-	clean := []byte(cluster)
-	for i, c := range clean {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			clean[i] = '_'
-		}
-	}
-	return fmt.Sprintf("broadside-%s-shard-%d", clean, id)
-}
-
-// openShardStream opens the shard's store on a JetStream stream of the
-// NATS servers at --coord, on a connection of its own. The returned func
-// closes the store and the connection.
-func openShardStream(ctx context.Context, o logdFlags, id msg.NodeID, connOpts natscoord.ConnOptions, log *slog.Logger) (*jsstore.Store, func(), error) {
-	connOpts.Name = fmt.Sprintf("broadside-shard-%d", id)
-	nc, err := natscoord.Connect(o.cf.coordURL, connOpts)
-	if err != nil {
-		return nil, nil, fmt.Errorf("shard store: %w", err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("shard store: %w", err)
-	}
-	name := shardStreamName(o.cf.clusterName, id)
-	octx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	st, err := jsstore.Open(octx, js, jsstore.Options{Stream: name, Replicas: o.shardReps, Logger: log})
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("shard store (R%d; a single NATS server needs --shard-replicas 1): %w", o.shardReps, err)
-	}
-	log.Info("shard store on JetStream", "stream", name, "replicas", o.shardReps)
-	return st, func() { st.Close(); nc.Close() }, nil
 }

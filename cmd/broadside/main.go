@@ -33,7 +33,7 @@ Start with 'broadside demo'.`,
 	registerBenchCmd(newBenchSimCmd)
 	registerBenchCmd(newBenchLineageCmd)
 	root.AddCommand(newDemoCmd(), newServeCmd(), newBotsCmd(), newTokenCmd(), newLogdCmd(), newLogCmd(),
-		newLineageCmd(), newBenchCmd(), newKeygenCmd())
+		newLineageCmd(), newBenchCmd(), newKeygenCmd(), newCertCmd())
 	root.AddCommand(newReplayCmd())
 	root.AddCommand(newViewCmd())
 	return root

@@ -8,17 +8,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
-	"github.com/anoptic/broadside/cmdlog/msg"
-	"github.com/anoptic/broadside/cmdlog/shardstore"
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/internal/adminauth"
 	"github.com/anoptic/broadside/internal/report"
@@ -27,8 +22,6 @@ import (
 	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/anoptic/broadside/replay/world"
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -261,12 +254,12 @@ func openExportSource(ctx context.Context, o *exportOptions) (*exportSource, err
 		es.src, es.total, es.inPos, es.close = hs, hs.To(), true, func() { hs.Close() }
 		es.what = fmt.Sprintf("the running server at %s (positions 1..%d)", o.server, hs.To())
 	case o.logDir != "":
-		sl, err := openStoredLog(o.logDir)
+		sl, err := world.OpenStored(o.logDir, quietLogger())
 		if err != nil {
 			return nil, err
 		}
-		es.src, es.total, es.inPos, es.close = sl, sl.last, true, sl.Close
-		es.what = fmt.Sprintf("the stored log in %s (positions 1..%d)", sl.dir, sl.last)
+		es.src, es.total, es.inPos, es.close = sl, sl.Last(), true, sl.Close
+		es.what = fmt.Sprintf("the stored log in %s (positions 1..%d)", sl.Dir(), sl.Last())
 	case o.useLog:
 		return es, es.openCluster(ctx, o)
 	}
@@ -290,7 +283,7 @@ func (es *exportSource) openCluster(ctx context.Context, o *exportOptions) error
 		closeAll()
 		return fmt.Errorf("log tail: %w", err)
 	}
-	es.src, es.total, es.inPos = &positionSource{src: sub, last: tail}, tail, true
+	es.src, es.total, es.inPos = &replay.UpTo{Src: sub, Last: tail}, tail, true
 	es.what += fmt.Sprintf(" up to its tail (position %d)", tail)
 	return nil
 }
@@ -306,32 +299,32 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 	}
 	defer es.close()
 	src, game, total, inPos, what := es.src, es.game, es.total, es.inPos, es.what
-	var posTracker *positionSource
+	var posTracker *replay.UpTo
 	if o.toTick > 0 && !inPos {
 		total = min(cmp.Or(total, o.toTick), o.toTick)
 	}
 	if inPos {
-		posTracker = &positionSource{src: src, last: ^uint64(0)}
-		if ps, ok := src.(*positionSource); ok {
+		posTracker = &replay.UpTo{Src: src, Last: ^uint64(0)}
+		if ps, ok := src.(*replay.UpTo); ok {
 			posTracker = ps
 		}
 		src = posTracker
 	}
 	fmt.Fprintf(errOut, "recording %s into %s\n", what, o.out)
-	prog := newReplayProgress(errOut, "export", total, inPos, o.noProgress)
+	prog := report.NewProgress(errOut, "export", total, inPos, o.noProgress)
 	var tick atomic.Uint64
 	cfg := bsr.RecordConfig{FromTick: o.fromTick, ToTick: o.toTick, Signer: signer,
 		Snapshots: bsr.SnapshotPolicy{FullEvery: o.fullEvery, DeltaEvery: o.deltaEv, SeekTarget: o.seekTarget},
 		Progress: func(t uint64) {
 			tick.Store(t)
 			if posTracker != nil {
-				prog.set(posTracker.pos.Load(), t)
+				prog.Set(posTracker.Pos(), t)
 			} else {
-				prog.set(t, t)
+				prog.Set(t, t)
 			}
 		}}
 	st, size, err := recordMatch(ctx, o.out, game, o.world, src, cfg)
-	prog.finish()
+	prog.Finish()
 	if err != nil {
 		return err
 	}
@@ -560,9 +553,9 @@ func verifyOne(ctx context.Context, out io.Writer, path string, signed *bsr.Sign
 			fmt.Fprintf(out, "recording cut: %s\n", r.Truncated())
 		}
 	}
-	prog := newReplayProgress(errOut, "verify", r.LastTick()-r.BaseTick(), false, noProgress || asJSON)
-	res, err := bsr.Verify(ctx, r, game.NewSim, func(t uint64) { prog.set(t-r.BaseTick(), t) })
-	prog.finish()
+	prog := report.NewProgress(errOut, "verify", r.LastTick()-r.BaseTick(), false, noProgress || asJSON)
+	res, err := bsr.Verify(ctx, r, game.NewSim, func(t uint64) { prog.Set(t-r.BaseTick(), t) })
+	prog.Finish()
 	if err != nil {
 		return err
 	}
@@ -712,189 +705,5 @@ func printSeek(w io.Writer, r *bsr.Reader, s seekSummary) {
 			fmt.Fprintf(tw, "  %d\t%d\t%.0f\t%.0f\t%.0f°\t%.1f\t%s\t%d%%\t%d%%\n", v.Player, v.Sector, v.X, v.Y, v.Heading, v.Speed, hull, v.Throttle, v.Rudder)
 		}
 		tw.Flush()
-	}
-}
-
-// storedLog is a Source over a stopped embedded command log: the Pebble
-// shard stores (shard-ID) of a data directory, merged in position order
-// up to the highest stable position any of them knows.
-type storedLog struct {
-	dir    string
-	stores []*shardstore.Pebble
-	last   uint64 // highest stable position
-	next   uint64
-	buf    []msg.Entry
-	bi     int
-}
-
-func openStoredLog(dir string) (*storedLog, error) {
-	var dirs []string
-	for _, d := range []string{dir, filepath.Join(dir, "log")} {
-		m, _ := filepath.Glob(filepath.Join(d, "shard-*"))
-		if len(m) > 0 {
-			dirs, dir = m, d
-			break
-		}
-	}
-	if len(dirs) == 0 {
-		return nil, fmt.Errorf("%s holds no command log (no shard-* stores in it or in its log/)", dir)
-	}
-	slices.Sort(dirs)
-	sl := &storedLog{dir: dir, next: 1}
-	trimmed := uint64(0)
-	for _, d := range dirs {
-		st, err := shardstore.Open(d, shardstore.Options{Logger: quietLogger()})
-		if err != nil {
-			sl.Close()
-			if strings.Contains(err.Error(), "lock") {
-				return nil, fmt.Errorf("%s is in use: stop the server first, or record its running log with --log --follow (%v)", d, err)
-			}
-			return nil, err
-		}
-		sl.stores = append(sl.stores, st)
-		meta, err := st.Meta()
-		if err != nil {
-			sl.Close()
-			return nil, err
-		}
-		sl.last = max(sl.last, meta.StableGP)
-		trimmed = max(trimmed, meta.Trimmed)
-	}
-	if trimmed > 0 {
-		sl.Close()
-		return nil, fmt.Errorf("the log in %s was trimmed up to position %d: a recording needs the log from the start of the world", dir, trimmed)
-	}
-	if sl.last == 0 {
-		sl.Close()
-		return nil, fmt.Errorf("the log in %s holds no stable entry", dir)
-	}
-	return sl, nil
-}
-
-// Next implements replay.Source.
-func (sl *storedLog) Next(ctx context.Context) (msg.Entry, error) {
-	if sl.bi < len(sl.buf) {
-		e := sl.buf[sl.bi]
-		sl.bi++
-		return e, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return msg.Entry{}, err
-	}
-	if sl.next > sl.last {
-		return msg.Entry{}, replay.ErrEndOfLog
-	}
-	to := min(sl.last, sl.next+4095)
-	sl.buf, sl.bi = sl.buf[:0], 0
-	for _, st := range sl.stores {
-		if err := st.Scan(sl.next, to, func(e msg.Entry) bool { sl.buf = append(sl.buf, e); return true }); err != nil {
-			return msg.Entry{}, err
-		}
-	}
-	slices.SortFunc(sl.buf, func(a, b msg.Entry) int { return cmp.Compare(a.Pos, b.Pos) })
-	for i, e := range sl.buf {
-		if e.Pos != sl.next+uint64(i) {
-			return msg.Entry{}, fmt.Errorf("stored log in %s: position %d is missing", sl.dir, sl.next+uint64(i))
-		}
-	}
-	if uint64(len(sl.buf)) != to-sl.next+1 {
-		return msg.Entry{}, fmt.Errorf("stored log in %s: position %d is missing", sl.dir, sl.next+uint64(len(sl.buf)))
-	}
-	sl.next = to + 1
-	return sl.Next(ctx)
-}
-
-// Close closes the stores.
-func (sl *storedLog) Close() {
-	for _, st := range sl.stores {
-		st.Close()
-	}
-	sl.stores = nil
-}
-
-// positionSource passes a Source through up to position last (then
-// ErrEndOfLog) and publishes the position reached.
-type positionSource struct {
-	src  replay.Source
-	last uint64
-	pos  atomic.Uint64
-}
-
-func (p *positionSource) Next(ctx context.Context) (msg.Entry, error) {
-	if p.pos.Load() >= p.last {
-		return msg.Entry{}, replay.ErrEndOfLog
-	}
-	e, err := p.src.Next(ctx)
-	if err != nil {
-		return e, err
-	}
-	if e.Pos > p.last {
-		p.pos.Store(p.last)
-		return msg.Entry{}, replay.ErrEndOfLog
-	}
-	p.pos.Store(e.Pos)
-	return e, nil
-}
-
-// replayProgress shows a long operation's progress on a terminal (an mpb
-// bar) or as a line every few seconds elsewhere.
-type replayProgress struct {
-	w        io.Writer
-	what     string
-	total    uint64
-	inPos    bool
-	p        *mpb.Progress
-	bar      *mpb.Bar
-	tick     atomic.Uint64
-	off      bool
-	start    time.Time
-	lastLine atomic.Int64
-}
-
-func newReplayProgress(w io.Writer, what string, total uint64, inPos, off bool) *replayProgress {
-	rp := &replayProgress{w: w, what: what, total: total, inPos: inPos, off: off, start: time.Now()}
-	if off {
-		return rp
-	}
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			unit := "ticks"
-			if inPos {
-				unit = "log positions"
-			}
-			rp.p = mpb.New(mpb.WithOutput(w), mpb.WithWidth(40), mpb.WithRefreshRate(150*time.Millisecond))
-			rp.bar = rp.p.AddBar(int64(total),
-				mpb.PrependDecorators(decor.Name(what+" ", decor.WC{}), decor.CountersNoUnit("%d/%d "+unit, decor.WCSyncWidth)),
-				mpb.AppendDecorators(decor.Percentage(decor.WC{W: 5}), decor.Name(" "), decor.Elapsed(decor.ET_STYLE_MMSS, decor.WC{}),
-					decor.Any(func(decor.Statistics) string { return fmt.Sprintf("  tick %d", rp.tick.Load()) })))
-		}
-	}
-	return rp
-}
-
-// set reports progress: done units (of total) and the current tick.
-func (rp *replayProgress) set(done, tick uint64) {
-	if rp.off {
-		return
-	}
-	rp.tick.Store(tick)
-	if rp.bar != nil {
-		rp.bar.SetCurrent(int64(done))
-		return
-	}
-	now := time.Now().UnixNano()
-	if last := rp.lastLine.Load(); now-last > int64(2*time.Second) && rp.lastLine.CompareAndSwap(last, now) {
-		pct := ""
-		if rp.total > 0 {
-			pct = fmt.Sprintf(" (%.0f%%)", 100*float64(done)/float64(rp.total))
-		}
-		fmt.Fprintf(rp.w, "%s: tick %d%s, %.0f s\n", rp.what, tick, pct, time.Since(rp.start).Seconds())
-	}
-}
-
-func (rp *replayProgress) finish() {
-	if rp.bar != nil {
-		rp.bar.SetTotal(-1, true)
-		rp.p.Wait()
 	}
 }

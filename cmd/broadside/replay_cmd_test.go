@@ -201,7 +201,7 @@ func TestStoredLogSource(t *testing.T) {
 		}
 		st.Close()
 	}
-	sl, err := openStoredLog(dir)
+	sl, err := world.OpenStored(dir, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestStoredLogSource(t *testing.T) {
 	if err != nil || !strings.Contains(out, "ticks 1..120") {
 		t.Fatalf("export: %v\n%s", err, out)
 	}
-	if _, err := openStoredLog(t.TempDir()); err == nil {
+	if _, err := world.OpenStored(t.TempDir(), quietLogger()); err == nil {
 		t.Fatal("an empty directory opened as a log")
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -52,6 +55,7 @@ func TestForgedIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := msg.StartView{View: msg.ViewRecord{Number: 1 << 40, Members: []msg.NodeID{2}, Leader: 2}}
+	appendMsg := msg.Append{View: 1, Records: []msg.Record{{ID: msg.RecordID{Client: 7, Seq: 1}, Data: []byte("x")}}}
 	for _, tc := range []struct {
 		name  string
 		tls   *tls.Config
@@ -67,7 +71,11 @@ func TestForgedIdentity(t *testing.T) {
 		{"replica 3's certificate, replica 3", node3TLS, 3, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, delivered := rawPeer(t, tc.tls, m.Addr(), tc.claim, forged, in)
+			mm := msg.Message(forged)
+			if tc.claim >= ClientIDBase {
+				mm = appendMsg // a client's StartView is refused whatever its certificate (TestClientMessages)
+			}
+			code, delivered := rawPeer(t, tc.tls, m.Addr(), tc.claim, mm, in)
 			if tc.ok {
 				if !delivered {
 					t.Fatalf("message from %d not delivered (close code %v)", tc.claim, code)
@@ -117,7 +125,7 @@ func rawPeer(t *testing.T, cfg *tls.Config, addr string, claim msg.NodeID, mm ms
 	// Wait for the message, or for the connection to be closed.
 	for {
 		select {
-		case env := <-in:
+		case env := <-in.C():
 			if _, up := env.Msg.(msg.LinkUp); up {
 				continue
 			}
@@ -172,7 +180,7 @@ func TestDialChecksServerIdentity(t *testing.T) {
 	for {
 		m1.Send(msg.Envelope{From: 1, To: 2, Msg: msg.Seal{View: 1}})
 		select {
-		case env := <-in3:
+		case env := <-in3.C():
 			if _, up := env.Msg.(msg.LinkUp); !up {
 				t.Fatalf("node 3 received %v meant for node 2", env)
 			}
@@ -183,13 +191,115 @@ func TestDialChecksServerIdentity(t *testing.T) {
 	}
 }
 
+// TestClientMessages (issue 16, finding 1): a client, whatever its
+// certificate, may append, check the tail and read; a server-to-server
+// message from it (a forged StartView or Store) closes its link with
+// CodeUnauthorized before the node sees it, and so does a Trim from a
+// certificate without broadside:perm:trim.
+func TestClientMessages(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := transport.LoadOrCreateDevCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureDevClientCert(dir, ca); err != nil {
+		t.Fatal(err)
+	}
+	srvTLS, cliTLS1, err := DevNodeTLS(ca, 101)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := node.NewInbox()
+	m, err := New(Config{Self: 101, ServerTLS: srvTLS, ClientTLS: cliTLS1, Inbox: in, RequireIdentity: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	trimmer, err := LoadDevClientTLS(dir) // the dev client.pem may trim
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := filepath.Join(t.TempDir(), "reader.pem")
+	if err := IssueFiles(ca, Identity{Role: RoleClient}, nil, reader, "", false); err != nil {
+		t.Fatal(err)
+	}
+	readerCert, err := tls.LoadX509KeyPair(reader, reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readerTLS := transport.WithClientCert(ca.ClientTLS(), readerCert)
+	const me = ClientIDBase + 9
+	for _, tc := range []struct {
+		name string
+		tls  *tls.Config
+		mm   msg.Message
+		ok   bool
+	}{
+		{"read", readerTLS, msg.Read{ReqID: 1, From: 1, Max: 1}, true},
+		{"check tail", readerTLS, msg.CheckTail{ReqID: 1}, true},
+		{"trim with perm:trim", trimmer, msg.Trim{ReqID: 1, UpTo: 1}, true},
+		{"trim without perm:trim", readerTLS, msg.Trim{ReqID: 1, UpTo: 1 << 40}, false},
+		{"forged StartView", trimmer, msg.StartView{View: msg.ViewRecord{Number: 1 << 40, Members: []msg.NodeID{1}, Leader: 1}}, false},
+		{"forged Store", trimmer, msg.Store{Epoch: 1 << 47, Batch: 1, Truncate: true}, false},
+		{"forged StableGP", readerTLS, msg.StableGP{Epoch: 1 << 47, GP: 1 << 40}, false},
+		{"forged Seal", readerTLS, msg.Seal{View: 9}, false},
+		{"forged GC", readerTLS, msg.GC{View: 1, FromGP: 1, ToGP: 9}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, delivered := rawPeer(t, tc.tls, m.Addr(), me, tc.mm, in)
+			if delivered != tc.ok {
+				t.Fatalf("delivered %v, want %v (close code %v)", delivered, tc.ok, code)
+			}
+			if !tc.ok && code != quic.ApplicationErrorCode(transport.CodeUnauthorized) {
+				t.Fatalf("closed with code %v, want CodeUnauthorized", code)
+			}
+		})
+	}
+	if n := m.Forbidden(); n != 6 {
+		t.Fatalf("Forbidden = %d, want 6", n)
+	}
+}
+
+// TestDevClientCertReissued: a client.pem from before perm:trim is
+// issued again with it.
+func TestDevClientCertReissued(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := transport.LoadOrCreateDevCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, DevClientFile)
+	if err := IssueFiles(ca, Identity{Role: RoleClient}, nil, path, "", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureDevClientCert(dir, ca); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := pemIdentity(b); !ok || !id.Trim || id.Role != RoleClient {
+		t.Fatalf("client.pem identity %+v (ok %v)", id, ok)
+	}
+	if err := IssueFiles(ca, Identity{ID: 101, Role: RoleSeq}, nil, filepath.Join(dir, "x.pem"), "", false); err == nil {
+		t.Fatal("issued a seq certificate for a shard id")
+	}
+	if err := IssueFiles(ca, Identity{ID: 1, Role: RoleSeq, Trim: true}, nil, filepath.Join(dir, "x.pem"), "", false); err == nil {
+		t.Fatal("issued a trimming seq certificate")
+	}
+	if err := IssueFiles(ca, Identity{Role: RoleClient}, nil, path, "", false); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("overwrote without replace: %v", err)
+	}
+}
+
 // TestIdentityOf covers the certificate identity parser.
 func TestIdentityOf(t *testing.T) {
 	ca, err := transport.NewDevCA()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []Identity{{ID: 1, Role: RoleSeq}, {ID: 101, Role: RoleShard}, {Role: RoleClient}} {
+	for _, id := range []Identity{{ID: 1, Role: RoleSeq}, {ID: 101, Role: RoleShard}, {Role: RoleClient}, {Role: RoleClient, Trim: true}} {
 		cert, err := ca.IssueWithURIs(id.URIs())
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,12 @@
 //
 // Delivery is best effort, like the network it models: when a peer is down
 // or its queue is full, messages are dropped and the protocol retries.
+//
+// A peer proves its node id with its certificate (Identity). A client may
+// only append, check the tail, read and, with broadside:perm:trim, trim: a
+// client link that sends anything else (the messages nodes exchange:
+// StartView, Store, Seal, ...) is closed with transport.CodeUnauthorized
+// before the node sees it.
 package mesh
 
 import (
@@ -74,46 +80,8 @@ const (
 )
 
 // SizeOf estimates the encoded size of m, for the byte budgets of the
-// queues: the records' data and a fixed cost per item.
-func SizeOf(m msg.Message) int {
-	const item, base = 40, 64
-	n := base
-	switch m := m.(type) {
-	case msg.Append:
-		for _, r := range m.Records {
-			n += len(r.Data) + item
-		}
-	case msg.Store:
-		for _, e := range m.Entries {
-			n += len(e.Record.Data) + item
-		}
-	case msg.ReadResp:
-		for _, e := range m.Entries {
-			n += len(e.Record.Data) + item
-		}
-	case msg.AppendAck:
-		n += len(m.IDs) * item
-	case msg.AppendReject:
-		n += len(m.IDs) * item
-	case msg.GC:
-		n += len(m.IDs) * item
-	case msg.StartView:
-		n += viewSize(m.View)
-	case msg.CoordCAS:
-		n += viewSize(m.View)
-	case msg.CoordResp:
-		n += viewSize(m.View)
-	}
-	return n
-}
-
-func viewSize(v msg.ViewRecord) int {
-	n := len(v.Members) * 8
-	for _, d := range v.Dedup {
-		n += 24 + 8*len(d.Above)
-	}
-	return n
-}
+// queues: the records' data and a fixed cost per item (node.MessageSize).
+func SizeOf(m msg.Message) int { return node.MessageSize(m) }
 
 // Config configures a Mesh.
 type Config struct {
@@ -168,13 +136,18 @@ type Mesh struct {
 	pendingBytes map[msg.NodeID]int
 
 	dropped uint64
-	// identityRejects counts links closed with CodeBadIdentity.
+	// identityRejects counts links closed with CodeBadIdentity,
+	// forbidden those closed for a message their peer's role or
+	// certificate does not allow (transport.CodeUnauthorized).
 	identityRejects atomic.Uint64
+	forbidden       atomic.Uint64
 	warnLimit       *rate.Limiter
 }
 
 type link struct {
-	peer  msg.NodeID
+	peer msg.NodeID
+	// ident is what the peer's certificate lets it do (see checkPeer).
+	ident Identity
 	st    *transport.Stream
 	mu    sync.Mutex
 	queue []msg.Message
@@ -260,6 +233,11 @@ func (m *Mesh) announce(peer msg.NodeID) {
 // IdentityRejects returns how many links were closed because their
 // claimed node id was not the certificate's.
 func (m *Mesh) IdentityRejects() uint64 { return m.identityRejects.Load() }
+
+// Forbidden returns how many client links were closed because they sent a
+// message a client may not (a server-to-server message, or a Trim without
+// the certificate's broadside:perm:trim).
+func (m *Mesh) Forbidden() uint64 { return m.forbidden.Load() }
 
 // Addr returns the local UDP address.
 func (m *Mesh) Addr() string { return m.ep.Addr().String() }
@@ -368,7 +346,7 @@ func (m *Mesh) dialLocked(id msg.NodeID) {
 		defer cancel()
 		conn, err := m.ep.Dial(ctx, addr)
 		if err == nil {
-			if ierr := checkPeer(conn.TLS(), id, m.cfg.RequireIdentity); ierr != nil {
+			if _, ierr := checkPeer(conn.TLS(), id, m.cfg.RequireIdentity); ierr != nil {
 				m.log.Warn("mesh: closing a link to a peer whose certificate is not its", "self", m.cfg.Self, "peer", id, "addr", addr, "err", ierr)
 				conn.CloseWithCode(CodeBadIdentity, "bad identity")
 				err = ierr
@@ -396,7 +374,9 @@ func (m *Mesh) dialLocked(id msg.NodeID) {
 			conn.CloseWithCode(transport.CodeInternalError, "hello")
 			return
 		}
-		m.addLink(id, st)
+		// A link we dialled is to a server node (clients are never
+		// dialled): the cores check what it sends.
+		m.addLink(id, Identity{ID: id, Role: RoleOf(id)}, st)
 	}()
 }
 
@@ -429,7 +409,8 @@ func (m *Mesh) acceptLoop() {
 				conn.CloseWithCode(transport.CodeProtocolError, "bad node id")
 				return
 			}
-			if err := checkPeer(conn.TLS(), peer, m.cfg.RequireIdentity); err != nil {
+			ident, err := checkPeer(conn.TLS(), peer, m.cfg.RequireIdentity)
+			if err != nil {
 				m.identityRejects.Add(1)
 				if m.warnLimit.Allow() {
 					m.log.Warn("mesh: closing a link whose claimed node id its certificate does not prove", "self", m.cfg.Self,
@@ -438,7 +419,7 @@ func (m *Mesh) acceptLoop() {
 				conn.CloseWithCode(CodeBadIdentity, "bad identity")
 				return
 			}
-			m.addLink(peer, st)
+			m.addLink(peer, ident, st)
 		}()
 	}
 }
@@ -448,8 +429,8 @@ func (m *Mesh) acceptLoop() {
 // it may be the one the peer sends on (both ends dialled at once), and it
 // ends by itself when its connection does (a dead peer's at the idle
 // timeout).
-func (m *Mesh) addLink(peer msg.NodeID, st *transport.Stream) {
-	l := &link{peer: peer, st: st, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+func (m *Mesh) addLink(peer msg.NodeID, ident Identity, st *transport.Stream) {
+	l := &link{peer: peer, ident: ident, st: st, wake: make(chan struct{}, 1), closed: make(chan struct{})}
 	m.mu.Lock()
 	if m.ctx.Err() != nil {
 		m.mu.Unlock()
@@ -513,6 +494,17 @@ func (m *Mesh) readLoop(l *link) {
 			m.log.Warn("mesh: closing link after malformed message", "self", m.cfg.Self, "peer", l.peer, "err", err)
 			l.st.Conn().CloseWithCode(CodeBadMessage, "malformed message")
 			return
+		}
+		if l.ident.Role == RoleClient {
+			if err := clientMessage(l.ident, mm); err != nil {
+				m.forbidden.Add(1)
+				if m.warnLimit.Allow() {
+					m.log.Warn("mesh: closing a client link that sent what a client may not", "self", m.cfg.Self, "peer", l.peer,
+						"remote", l.st.Conn().RemoteAddr(), "err", err, "refused_so_far", m.forbidden.Load())
+				}
+				l.st.Conn().CloseWithCode(transport.CodeUnauthorized, "not permitted")
+				return
+			}
 		}
 		m.cfg.Inbox.Deliver(msg.Envelope{From: l.peer, To: m.cfg.Self, Msg: mm})
 	}

@@ -42,7 +42,8 @@ func (d Driver[R]) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case env := <-d.Inbox:
+		case env := <-d.Inbox.C():
+			d.Inbox.Took(env)
 			d.Step(env)
 			d.drainInbox()
 		case r := <-d.Requests:
@@ -70,7 +71,8 @@ func (d Driver[R]) Run(ctx context.Context) error {
 func (d Driver[R]) drainInbox() {
 	for i := 1; i < maxStepsPerReady; i++ {
 		select {
-		case env := <-d.Inbox:
+		case env := <-d.Inbox.C():
+			d.Inbox.Took(env)
 			d.Step(env)
 			continue
 		default:

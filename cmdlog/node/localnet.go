@@ -35,7 +35,5 @@ func (n *LocalNet) Send(env msg.Envelope) {
 	n.mu.RLock()
 	in := n.boxes[env.To]
 	n.mu.RUnlock()
-	if in != nil {
-		in.Deliver(env)
-	}
+	in.Deliver(env) // the zero Inbox of an unknown node drops it
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/coord"
@@ -36,27 +37,134 @@ func (t Timing) tick() time.Duration {
 	return t.Tick
 }
 
-// inboxSize bounds a node's queue of inbound messages.
-const inboxSize = 65536
+// inboxSize bounds a node's queue of inbound messages, and inboxBytes
+// their estimated size (MessageSize): a peer or client that sends faster
+// than the node steps costs at most that much memory, whatever the size
+// of its messages (a link's frames are at most 8 MiB).
+const (
+	inboxSize  = 65536
+	inboxBytes = 64 << 20
+)
 
 // maxStepsPerReady caps messages stepped between two Ready calls.
 const maxStepsPerReady = 4096
 
-// Inbox is a node's inbound queue. Transports deliver into it.
-type Inbox chan msg.Envelope
+// Inbox is a node's inbound queue, bounded in messages and in bytes.
+// Transports deliver into it; the node's Driver takes from it. Copies of an
+// Inbox share its queue; the zero value delivers nothing.
+type Inbox struct{ q *inboxQueue }
 
-// NewInbox returns an inbox of the default size.
-func NewInbox() Inbox { return make(Inbox, inboxSize) }
+type inboxQueue struct {
+	ch       chan msg.Envelope
+	bytes    atomic.Int64
+	maxBytes int64
+	dropped  atomic.Uint64
+}
+
+// NewInbox returns an inbox of the default bounds.
+func NewInbox() Inbox { return newInbox(inboxSize, inboxBytes) }
+
+func newInbox(n int, maxBytes int64) Inbox {
+	return Inbox{q: &inboxQueue{ch: make(chan msg.Envelope, n), maxBytes: maxBytes}}
+}
 
 // Deliver queues env without blocking; it reports false if the inbox is
-// full (the message is dropped; the sender retries).
+// full, in messages or bytes (the message is dropped; the sender retries).
 func (in Inbox) Deliver(env msg.Envelope) bool {
-	select {
-	case in <- env:
-		return true
-	default:
+	q := in.q
+	if q == nil {
 		return false
 	}
+	n := int64(MessageSize(env.Msg))
+	if q.bytes.Add(n) > q.maxBytes {
+		q.bytes.Add(-n)
+		q.dropped.Add(1)
+		return false
+	}
+	select {
+	case q.ch <- env:
+		return true
+	default:
+		q.bytes.Add(-n)
+		q.dropped.Add(1)
+		return false
+	}
+}
+
+// C is the channel the inbox's messages come out of (nil for the zero
+// Inbox). Whoever takes a message from it calls Took.
+func (in Inbox) C() <-chan msg.Envelope {
+	if in.q == nil {
+		return nil
+	}
+	return in.q.ch
+}
+
+// Took releases the bytes of env, taken from C.
+func (in Inbox) Took(env msg.Envelope) {
+	if in.q != nil {
+		in.q.bytes.Add(-int64(MessageSize(env.Msg)))
+	}
+}
+
+// Bytes returns the estimated size of the messages queued, and Dropped
+// how many were refused so far.
+func (in Inbox) Bytes() int64 {
+	if in.q == nil {
+		return 0
+	}
+	return in.q.bytes.Load()
+}
+
+// Dropped returns how many messages the inbox refused (full).
+func (in Inbox) Dropped() uint64 {
+	if in.q == nil {
+		return 0
+	}
+	return in.q.dropped.Load()
+}
+
+// MessageSize estimates the encoded size of m, for byte budgets of
+// queues (the inbox, a mesh link's): the records' data and a fixed cost
+// per item.
+func MessageSize(m msg.Message) int {
+	const item, base = 40, 64
+	n := base
+	switch m := m.(type) {
+	case msg.Append:
+		for _, r := range m.Records {
+			n += len(r.Data) + item
+		}
+	case msg.Store:
+		for _, e := range m.Entries {
+			n += len(e.Record.Data) + item
+		}
+	case msg.ReadResp:
+		for _, e := range m.Entries {
+			n += len(e.Record.Data) + item
+		}
+	case msg.AppendAck:
+		n += len(m.IDs) * item
+	case msg.AppendReject:
+		n += len(m.IDs) * item
+	case msg.GC:
+		n += len(m.IDs) * item
+	case msg.StartView:
+		n += viewSize(m.View)
+	case msg.CoordCAS:
+		n += viewSize(m.View)
+	case msg.CoordResp:
+		n += viewSize(m.View)
+	}
+	return n
+}
+
+func viewSize(v msg.ViewRecord) int {
+	n := len(v.Members) * 8
+	for _, d := range v.Dedup {
+		n += 24 + 8*len(d.Above)
+	}
+	return n
 }
 
 // coordinatorProxy turns the cores' CoordGet/CoordCAS messages into calls

@@ -35,8 +35,10 @@ type LiveOptions struct {
 	// (default 60 seconds of ticks).
 	History int
 	// Lineage, if set, is the server's admin address (broadside serve
-	// --admin-addr): Why then asks the server's lineage store.
-	Lineage string
+	// --admin-addr): Why then asks the server's lineage store, with the
+	// admin bearer token LineageToken if set (serve --admin-token-file).
+	Lineage      string
+	LineageToken string
 }
 
 // Live follows a running server as a spectator: it receives the state of
@@ -115,7 +117,7 @@ func NewLive(ctx context.Context, feed Feed, o LiveOptions) (*Live, error) {
 	l := &Live{client: feed, world: w, keep: o.History,
 		bases: map[uint64]*broadside.Frame{}, cancel: cancel, done: make(chan struct{})}
 	if o.Lineage != "" {
-		l.lineage = lineage.NewHTTPStore(strings.TrimSuffix(o.Lineage, "/") + "/lineage/store")
+		l.lineage = lineage.NewHTTPStore(strings.TrimSuffix(o.Lineage, "/") + "/lineage/store").WithToken(o.LineageToken)
 	}
 	go l.run(runCtx)
 	poll := time.NewTicker(10 * time.Millisecond)

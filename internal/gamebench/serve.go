@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -49,6 +50,10 @@ type ServeConfig struct {
 	// Dir is the parent of the data directories ("": the system's
 	// temporary directory); they are removed afterwards.
 	Dir string
+	// ProfileDir, if set, receives each run's CPU profile as
+	// serve-CONTENDER-BOTS.pprof (for go tool pprof; the label "component"
+	// splits it).
+	ProfileDir string
 	Output
 }
 
@@ -205,6 +210,12 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	elapsed, cpu, ticks := time.Since(t0), report.ProcessCPU()-cpu0, g.world.Tick()-tick0
 	res.Overruns = int64(g.counter("broadside_world_tick_overruns_total") - over0)
 	byComponent, perr := prof.Stop("component")
+	if cfg.ProfileDir != "" {
+		name := filepath.Join(cfg.ProfileDir, fmt.Sprintf("serve-%s-%d.pprof", c.Name, n))
+		if werr := os.WriteFile(name, prof.Bytes(), 0o644); werr != nil && err == nil {
+			err = fmt.Errorf("profile: %w", werr)
+		}
+	}
 	if perr == nil {
 		res.setComponents(byComponent, elapsed, uint64(n)*ticks)
 	}

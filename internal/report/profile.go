@@ -31,6 +31,9 @@ func (p *CPUProfile) Stop(key string) (map[string]time.Duration, error) {
 	return CPUByLabel(p.buf.Bytes(), key)
 }
 
+// Bytes returns the profile (after Stop), in pprof's format.
+func (p *CPUProfile) Bytes() []byte { return p.buf.Bytes() }
+
 // CPUByLabel sums a CPU profile's samples by the value of the label key.
 func CPUByLabel(data []byte, key string) (map[string]time.Duration, error) {
 	prof, err := profile.ParseData(data)

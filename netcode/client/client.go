@@ -59,7 +59,15 @@ type Config struct {
 	// StateTracker keeps 16 ticks, and servers base deltas at most 15
 	// back).
 	StateAckEvery int
+	// StateAckDelay is how long an acknowledgement of state may wait to
+	// ride in the packet of the next command the client sends (default 20
+	// ms; negative: sent at once). A playing client then costs the server
+	// one packet less per acknowledgement.
+	StateAckDelay time.Duration
 }
+
+// DefaultStateAckDelay is the default Config.StateAckDelay.
+const DefaultStateAckDelay = 20 * time.Millisecond
 
 // Reconnect configures reconnection. Its zero value disables it.
 type Reconnect struct {
@@ -162,9 +170,13 @@ type link struct {
 	// connection: a server that restarted may not hold older ticks, or
 	// may hold another world's under the same numbers.
 	firstTick atomic.Uint64
-	// lastAck is the newest tick AckState sent on this link (under the
-	// client's mu).
-	lastAck uint64
+	// lastAck is the newest tick AckState took for this link; ackDue, if
+	// not 0, is that tick still waiting for a command to ride with, and
+	// ackTimer sends it alone after StateAckDelay (all under the client's
+	// mu).
+	lastAck  uint64
+	ackDue   uint64
+	ackTimer *time.Timer
 }
 
 // Dial connects, authenticates and waits for the server's Welcome.
@@ -416,6 +428,14 @@ func (c *Client) Send(cmd wire.GameCommand) (uint64, error) {
 		}
 		return cmd.Seq, errors.New("client: session ended")
 	}
+	if l := c.link; l.ackDue != 0 {
+		// The waiting state acknowledgement rides in this command's
+		// packet: written just before it, on the same stream.
+		tick := l.ackDue
+		l.ackDue = 0
+		l.ackTimer.Stop()
+		_ = c.writeStateAckLocked(l, tick) // a failed write fails the command's too
+	}
 	err := c.link.st.WriteFrame(frame)
 	if err != nil && c.cfg.Reconnect.Attempts > 0 {
 		err = nil // resent after the reconnection
@@ -444,8 +464,44 @@ func (c *Client) AckState(tick uint64) error {
 		return nil
 	}
 	c.link.lastAck = tick
+	delay := c.cfg.StateAckDelay
+	if delay == 0 {
+		delay = DefaultStateAckDelay
+	}
+	if delay < 0 {
+		return c.writeStateAckLocked(c.link, tick)
+	}
+	l := c.link
+	waiting := l.ackDue != 0 // its timer runs: the newer tick takes its place
+	l.ackDue = tick
+	switch {
+	case waiting:
+	case l.ackTimer == nil:
+		l.ackTimer = time.AfterFunc(delay, func() { c.flushStateAck(l) })
+	default:
+		l.ackTimer.Reset(delay)
+	}
+	return nil
+}
+
+// flushStateAck sends l's waiting state acknowledgement alone (no command
+// came to ride with).
+func (c *Client) flushStateAck(l *link) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.link != l || l.ackDue == 0 {
+		return
+	}
+	tick := l.ackDue
+	l.ackDue = 0
+	_ = c.writeStateAckLocked(l, tick) // a failed write ends the link: its reader sees it
+}
+
+// writeStateAckLocked writes a state acknowledgement of tick on l (under
+// c.mu).
+func (c *Client) writeStateAckLocked(l *link, tick uint64) error {
 	c.buf = wire.EncodeSession(c.buf[:0], wire.StateAck{Tick: tick})
-	return c.link.st.WriteFrame(c.buf)
+	return l.st.WriteFrame(c.buf)
 }
 
 // SendRaw writes an arbitrary frame (tests of the server's defences).

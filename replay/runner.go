@@ -355,9 +355,14 @@ func (r *Runner) Position() uint64 { return r.atPos.Load() }
 // its clock.
 func (r *Runner) LastProgress() time.Time { return time.Unix(0, r.progress.Load()) }
 
-// Checkpoint returns where the runner stands. It must not be called while
-// the runner runs.
-func (r *Runner) Checkpoint() Checkpoint { return r.cp }
+// Checkpoint returns where the runner stands, with its fencing state (a
+// runner started from it, a hot standby's successor, knows every lease
+// claim this one read). It must not be called while the runner runs.
+func (r *Runner) Checkpoint() Checkpoint {
+	cp := r.cp
+	cp.Fences = r.fences.list()
+	return cp
+}
 
 // Stats returns the runner's counters.
 func (r *Runner) Stats() RunnerStats {

@@ -115,6 +115,20 @@ func (k *Keeper) Held() []Lease {
 	return out
 }
 
+// Valid reports whether this worker holds sector's lease at epoch and
+// renewed it less than half a TTL ago (by the keeper's clock): what a
+// sector's outputs that bypass the log (its snapshots in the shared
+// store, its frames) check before they leave, so that a worker that was
+// paused past its lease (SIGSTOP) writes nothing on waking, even before
+// its next round stops the sector.
+func (k *Keeper) Valid(sector uint32, epoch uint64) bool {
+	k.mu.Lock()
+	h := k.held[sector]
+	ok := h != nil && h.lease.Epoch == epoch && k.cfg.Now().Sub(h.renewed) < k.cfg.Leases.TTL()/2
+	k.mu.Unlock()
+	return ok
+}
+
 // Workers returns the live workers of the last round.
 func (k *Keeper) Workers() []string {
 	k.mu.Lock()
@@ -147,6 +161,10 @@ func (k *Keeper) Round(ctx context.Context) {
 		hl := k.held[h.Sector]
 		k.mu.Unlock()
 		lease := h
+		// The lease runs one TTL from when the server applied the
+		// renewal, which is after this moment: count from here (a reply
+		// that arrives late, say after a SIGSTOP, must not look fresh).
+		sent := k.cfg.Now()
 		octx, cancel := k.opCtx(ctx)
 		err := l.Renew(octx, &lease)
 		cancel()
@@ -154,7 +172,7 @@ func (k *Keeper) Round(ctx context.Context) {
 		switch {
 		case err == nil:
 			k.mu.Lock()
-			hl.lease, hl.renewed = lease, now
+			hl.lease, hl.renewed = lease, sent
 			k.mu.Unlock()
 		case errors.Is(err, ErrLost):
 			k.log.Warn("lease lost: stopping the sector", "sector", h.Sector, "epoch", h.Epoch, "err", err)
@@ -208,6 +226,7 @@ func (k *Keeper) Round(ctx context.Context) {
 			}
 			cancel()
 		case h == nil && want:
+			sent := k.cfg.Now()
 			octx, cancel := k.opCtx(ctx)
 			lease, err := l.Claim(octx, s)
 			cancel()
@@ -219,7 +238,7 @@ func (k *Keeper) Round(ctx context.Context) {
 				continue
 			}
 			k.mu.Lock()
-			k.held[s] = &heldLease{lease: lease, renewed: k.cfg.Now()}
+			k.held[s] = &heldLease{lease: lease, renewed: sent}
 			k.mu.Unlock()
 			k.log.Info("claimed sector", "sector", s, "epoch", lease.Epoch)
 			if k.cfg.OnAcquire != nil {

@@ -197,7 +197,7 @@ func TestClusterRealProcesses(t *testing.T) {
 		"--log-nats-user", "broadside", "--log-nats-password-file", pwFile, "--log-nats-ca", caFile}, creds...)
 	workers := []string{"w1", "w2", "w3"}
 	for _, w := range workers {
-		args := []string{"sector", "--nats", natsURL, "--replicas", "3", "--worker", w, "--ticker"}
+		args := []string{"sector", "--nats", natsURL, "--replicas", "3", "--worker", w, "--ticker", "--world-size", "1000", "--islands", "4"}
 		if w == "w3" {
 			args = append(args, "--standby") // its takeovers start from hot copies
 		}
@@ -302,6 +302,10 @@ func TestClusterRealProcesses(t *testing.T) {
 		}
 		return out
 	}
+	tickerOwner := func() string {
+		w, _, _ := observer.Owner(ctx, natsworld.TickerLease)
+		return w
+	}
 	sectorsOf := func(w string) []uint32 {
 		var out []uint32
 		for s, o := range owners() {
@@ -368,10 +372,11 @@ func TestClusterRealProcesses(t *testing.T) {
 	// the assignment hands its sectors back).
 	victim := owners()[0]
 	vs := sectorsOf(victim)
+	victimTicker := tickerOwner()
 	killedAt := time.Now()
 	procs[victim].kill()
 	roles = append(roles, "worker")
-	t.Logf("SIGKILL worker %s (sectors %v) at %d acked", victim, vs, nAcked.Load())
+	t.Logf("SIGKILL worker %s (sectors %v; the Ticker's lease: %s) at %d acked", victim, vs, victimTicker, nAcked.Load())
 	waitTakeover(vs, victim, killedAt, "worker SIGKILL")
 	time.Sleep(500 * time.Millisecond)
 	procs[victim].start(t)
@@ -396,9 +401,10 @@ func TestClusterRealProcesses(t *testing.T) {
 			pausedEpochs[sct] = e
 		}
 	}
+	pausedTicker := tickerOwner()
 	pausedAt := time.Now()
 	procs[paused].cmd.Process.Signal(syscall.SIGSTOP)
-	t.Logf("SIGSTOP worker %s (sectors %v) at %d acked", paused, ps, nAcked.Load())
+	t.Logf("SIGSTOP worker %s (sectors %v; the Ticker's lease: %s) at %d acked", paused, ps, pausedTicker, nAcked.Load())
 	waitTakeover(ps, paused, pausedAt, "worker SIGSTOP")
 	time.Sleep(time.Until(pausedAt.Add(1500 * time.Millisecond)))
 	wokeAt := time.Now()
@@ -422,7 +428,7 @@ func TestClusterRealProcesses(t *testing.T) {
 
 	// 4. Stop a NATS node; restart it.
 	nc.StopNode(2)
-	roles = append(roles, "nats")
+	roles = append(roles, "nats node")
 	t.Logf("stopped NATS node 3 at %d acked", nAcked.Load())
 	time.Sleep(2 * time.Second)
 	if err := nc.RestartNode(2); err != nil {
@@ -464,6 +470,7 @@ func TestClusterRealProcesses(t *testing.T) {
 	sub := rc.Subscribe(1)
 	inLog := map[cmdKey]int{}
 	claimAfterPause := map[uint32]uint64{}
+	migrations := 0
 	for sub.Position() <= tail {
 		e, err := sub.Next(ctx)
 		if err != nil {
@@ -475,6 +482,8 @@ func TestClusterRealProcesses(t *testing.T) {
 		case err != nil:
 		case env.Kind == wire.EnvelopePlayerCommand:
 			inLog[cmdKey{env.Player, env.ClientSeq}]++
+		case env.Kind == wire.EnvelopeMigration:
+			migrations++
 		case env.Kind == wire.EnvelopeControl && bytes.Equal(e.Record.Data, replay.LeaseClaimRecord(env.Shard, env.Epoch)):
 			// The first claim of a paused sector after the pause: the
 			// paused worker's runner steps nothing past it.
@@ -496,7 +505,7 @@ func TestClusterRealProcesses(t *testing.T) {
 	}
 
 	// The uninterrupted re-simulation of the log, sector by sector.
-	game, err := broadside.NewGame(broadside.Config{Seed: 1, Width: 4000, Height: 4000, SectorsX: 2, SectorsY: 2, Islands: 12}, 0)
+	game, err := broadside.NewGame(broadside.Config{Seed: 1, Width: 1000, Height: 1000, SectorsX: 2, SectorsY: 2, Islands: 4}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +583,7 @@ func TestClusterRealProcesses(t *testing.T) {
 		if tk.standby {
 			mode = "standby"
 		}
-		gaps = append(gaps, fmt.Sprintf("%s %d", mode, int64(first)-int64(before)-1))
+		gaps = append(gaps, fmt.Sprintf("%s %d", mode, max(0, int64(first)-int64(before)-1)))
 	}
 	hist := hdrhistogram.New(1, 60_000_000, 3)
 	for _, tk := range took {
@@ -594,16 +603,16 @@ func TestClusterRealProcesses(t *testing.T) {
 	}
 	line := fmt.Sprintf("cluster: %d kills (%s) and 1 worker SIGSTOPped past its leases then SIGCONTed (%d frames past its successor's claim, %d stale outputs in the log ignored), %d acked, %d lost, %d duplicated, takeover p50/max %.0f/%.0f ms, %s",
 		len(roles), strings.Join(roles, ", "), zombie, stale, len(acked), lost, duplicated, ms(hist.ValueAtQuantile(50)), ms(hist.Max()), hashes)
-	detail := fmt.Sprintf("cluster: %d takeovers: lease expiry p50/max %s ms, restore %s ms, replay %s ms; frame latency (published to received) p50/p99/max %.2f/%.2f/%.2f ms; %d frames checked against the re-simulation of %d log positions (%d ticks x %d sectors, %d sector-ticks never received), %d lease claims in the log",
+	detail := fmt.Sprintf("cluster: %d takeovers: lease expiry p50/max %s ms, restore %s ms, replay %s ms; frame latency (published to received) p50/p99/max %.2f/%.2f/%.2f ms; %d frames checked against the re-simulation of %d log positions (%d ticks x %d sectors, %d sector-ticks never received), %d lease claims and %d migrations in the log",
 		len(took), split(func(tk takeover) time.Duration { return tk.expiry }), split(func(tk takeover) time.Duration { return tk.restore }),
 		split(func(tk takeover) time.Duration { return tk.replay }),
-		ms(lat.ValueAtQuantile(50)), ms(lat.ValueAtQuantile(99)), ms(lat.Max()), checked, tail, lastTick, game.Shards, missing, claims)
+		ms(lat.ValueAtQuantile(50)), ms(lat.ValueAtQuantile(99)), ms(lat.Max()), checked, tail, lastTick, game.Shards, missing, claims, migrations)
 	detail += fmt.Sprintf("; ticks missing from the frames per takeover: %s", strings.Join(gaps, ", "))
 	fmt.Println(line)
 	fmt.Println(detail)
 	t.Log(line)
 	t.Log(detail)
-	if lost > 0 || duplicated > 0 || mismatched > 0 || zombie > 0 || checked == 0 || len(took) == 0 {
+	if lost > 0 || duplicated > 0 || mismatched > 0 || zombie > 0 || checked == 0 || len(took) == 0 || migrations == 0 {
 		t.Fatal(line)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -105,6 +105,7 @@ type TakeoverReport struct {
 	Epoch    uint64 `json:"epoch"`
 	Worker   string `json:"worker"`
 	Acquired int64  `json:"acquired"`
+	Claimed  int64  `json:"claimed"` // the claim is in the log
 	Restored int64  `json:"restored"`
 	Live     int64  `json:"live"`
 	// SnapshotTick is the tick of the snapshot restored (0: none, replayed

@@ -151,17 +151,56 @@ func (l *Leases) workerPrefix() string {
 
 // Claim takes sector's lease if nobody holds it; it returns ErrHeld if
 // someone (this worker included) does.
+//
+// A lease whose last write is older than the TTL (and a margin) has
+// expired even if the server has not removed it yet (nats-server's file
+// store checks ages at most every 250 ms): Claim deletes it, expecting
+// its revision (so a renewal meanwhile wins), and claims. The age is the
+// server's write time against this worker's clock; the margin
+// (ExpiryMargin of the TTL) covers clock skew, and the previous holder
+// stopped using the lease half a TTL after its last renewal anyway.
 func (l *Leases) Claim(ctx context.Context, sector uint32) (Lease, error) {
+	key := l.sectorKey(sector)
 	// The epoch is the revision of this write, unknown before it: the
 	// value says 0, which reads as "the entry's own revision".
-	rev, err := l.kv.Create(ctx, l.sectorKey(sector), EncodeLeaseValue(LeaseValue{Worker: l.cfg.Worker}))
+	val := EncodeLeaseValue(LeaseValue{Worker: l.cfg.Worker})
+	rev, err := l.kv.Create(ctx, key, val)
 	if errors.Is(err, jetstream.ErrKeyExists) {
+		rev, err = l.claimExpired(ctx, key, val)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, ErrHeld) {
 		return Lease{}, fmt.Errorf("natsworld: claim sector %d: %w", sector, ErrHeld)
 	}
 	if err != nil {
 		return Lease{}, fmt.Errorf("natsworld: claim sector %d: %w", sector, err)
 	}
 	return Lease{Sector: sector, Epoch: rev, Revision: rev}, nil
+}
+
+// ExpiryMargin is the share of the TTL past which Claim takes a lease
+// the server has not removed yet.
+const ExpiryMargin = 0.25
+
+// claimExpired claims key if its last write is older than the TTL and
+// the margin; ErrHeld otherwise.
+func (l *Leases) claimExpired(ctx context.Context, key string, val []byte) (uint64, error) {
+	e, err := l.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return l.kv.Create(ctx, key, val) // removed meanwhile
+	}
+	if err != nil {
+		return 0, err
+	}
+	if time.Since(e.Created()) <= l.cfg.TTL+time.Duration(float64(l.cfg.TTL)*ExpiryMargin) {
+		return 0, ErrHeld
+	}
+	if err := l.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+			return 0, ErrHeld // renewed or claimed meanwhile
+		}
+		return 0, err
+	}
+	return l.kv.Create(ctx, key, val)
 }
 
 // Renew extends lease by one TTL from now and updates its Revision; it
@@ -247,27 +286,32 @@ func (l *Leases) Deregister(ctx context.Context) error {
 	return nil
 }
 
-// Workers returns the ids of the live workers of the world, sorted.
+// Workers returns the ids of the live workers of the world, sorted: those
+// whose registration is younger than the TTL and its margin (an expired
+// one the server has not removed yet is left out, as Claim takes such a
+// lease).
 func (l *Leases) Workers(ctx context.Context) ([]string, error) {
-	lister, err := l.kv.ListKeysFiltered(ctx, l.workerPrefix()+"*")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+	watcher, err := l.kv.WatchFiltered(ctx, []string{l.workerPrefix() + "*"}, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
 	if err != nil {
 		return nil, fmt.Errorf("natsworld: live workers: %w", err)
 	}
+	defer watcher.Stop()
+	limit := l.cfg.TTL + time.Duration(float64(l.cfg.TTL)*ExpiryMargin)
 	var out []string
-	for k := range lister.Keys() {
-		if id := strings.TrimPrefix(k, l.workerPrefix()); validWorker.MatchString(id) {
-			out = append(out, id)
+	for {
+		select {
+		case e := <-watcher.Updates():
+			if e == nil { // every current entry delivered
+				slices.Sort(out)
+				return slices.Compact(out), nil
+			}
+			if id := strings.TrimPrefix(e.Key(), l.workerPrefix()); validWorker.MatchString(id) && time.Since(e.Created()) <= limit {
+				out = append(out, id)
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("natsworld: live workers: %w", ctx.Err())
 		}
 	}
-	_ = lister.Stop() // the lister stopped its watcher when the keys ran out
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("natsworld: live workers: %w", err) // the list may be cut short
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
 }
 
 // Assign returns the worker that should own sector among workers (""

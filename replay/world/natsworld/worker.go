@@ -107,12 +107,21 @@ type hotCopy struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	runner atomic.Pointer[replay.Runner]
+	// recent are the frames of its last ticks (hotFrames at most, oldest
+	// first), written by its runner's goroutine: the successor publishes
+	// them, so that players miss no tick stepped between the previous
+	// owner's last frame and the takeover.
+	recent []SectorFrame
 }
+
+// hotFrames is how many recent frames a hot copy keeps (4 s at 30 Hz).
+const hotFrames = 128
 
 // hotState is where a hot copy stood when it was stopped.
 type hotState struct {
-	sim replay.TableSim
-	cp  replay.Checkpoint
+	sim    replay.TableSim
+	cp     replay.Checkpoint
+	recent []SectorFrame
 }
 
 type sectorRun struct {
@@ -231,7 +240,7 @@ func stopHot(hc *hotCopy) *hotState {
 	if !slices.ContainsFunc(cp.Fences, func(f snapshot.Fence) bool { return f.Shard == r.Shard() && f.Epoch != 0 }) {
 		return nil
 	}
-	return &hotState{sim: sim, cp: cp}
+	return &hotState{sim: sim, cp: cp, recent: hc.recent}
 }
 
 // runStandby keeps a hot copy of every sector this worker does not own.
@@ -287,7 +296,17 @@ func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 		return
 	}
 	r, err := replay.NewRunner(replay.RunnerConfig{World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1),
-		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger})
+		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger,
+		Observer: func(info replay.TickInfo) {
+			f := SectorFrame{World: w.cfg.World, Sector: s, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash}
+			if w.cfg.FramePart != nil {
+				f.Payload = w.cfg.FramePart(s, info.Sim)
+			}
+			if len(hc.recent) == hotFrames {
+				hc.recent = append(hc.recent[:0], hc.recent[1:]...)
+			}
+			hc.recent = append(hc.recent, f)
+		}})
 	if err != nil {
 		w.log.Warn("hot copy", "sector", s, "err", err)
 		return
@@ -336,6 +355,24 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	// runner ignores the outputs of older epochs, and this one learns
 	// there how many of the sector's outputs are validly in the log.
 	claim := replay.LeaseClaimRecord(s, epoch)
+	// The restore reads only the shared store: it runs while the claim is
+	// appended.
+	type restored struct {
+		res replay.Restored
+		err error
+	}
+	var prefetch chan restored
+	var pwg sync.WaitGroup
+	defer pwg.Wait()
+	if hot == nil {
+		prefetch = make(chan restored, 1)
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			res, err := w.restore(ctx, s, w.sectorStore(s, epoch))
+			prefetch <- restored{res, err}
+		}()
+	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := w.cfg.Log.Append(actx, claim)
@@ -364,24 +401,36 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 			return
 		}
 	}
-	rep := TakeoverReport{World: w.cfg.World, Sector: s, Epoch: epoch, Worker: w.cfg.Leases.Worker(), Acquired: acquired.UnixNano()}
+	rep := TakeoverReport{World: w.cfg.World, Sector: s, Epoch: epoch, Worker: w.cfg.Leases.Worker(), Acquired: acquired.UnixNano(),
+		Claimed: time.Now().UnixNano()}
+	var first *replay.Restored
+	var recent []SectorFrame
+	standby := hot != nil
+	if hot != nil {
+		first, recent = &replay.Restored{Sim: hot.sim, Start: hot.cp}, hot.recent
+	} else if r := <-prefetch; r.err == nil {
+		first = &r.res
+	} else if ctx.Err() == nil {
+		log.Warn("restore; retrying", "err", r.err)
+	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		err := w.runOnce(ctx, sr, &rep, tail, hot)
+		err := w.runOnce(ctx, sr, &rep, tail, first, standby, recent)
+		first, recent = nil, nil
 		switch {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, replay.ErrFenced):
 			log.Warn("fenced out by a newer lease claim: stopping the sector", "err", err)
 			return
-		case hot != nil && errors.Is(err, replay.ErrSnapshotAheadOfFence):
+		case standby && errors.Is(err, replay.ErrSnapshotAheadOfFence):
 			// The hot copy had stepped ticks whose outputs the previous
 			// owner never got into the log before the claim: restore.
 			log.Info("hot copy ahead of the previous owner's outputs: restoring from the shared store instead")
-			hot, rep.Restored, rep.Standby = nil, 0, false
+			standby, rep.Restored, rep.Standby = false, 0, false
 			continue
 		}
-		hot = nil
+		standby = false
 		log.Warn("sector runner stopped; restoring it again", "err", err)
 		if !sleep(ctx, backoff) {
 			return
@@ -390,30 +439,44 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	}
 }
 
+// sectorStore is the shared snapshot store as the owner of sector at
+// epoch writes it.
+func (w *Worker) sectorStore(sector uint32, epoch uint64) fencedStore {
+	return fencedStore{Store: w.cfg.Snapshots, valid: func() bool { return w.keeper.Valid(sector, epoch) }}
+}
+
+// restore restores sector from the shared store and drops the snapshots
+// newer than the one restored: they were not usable (a previous owner
+// died writing them), and no chain may mix owners.
+func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) (replay.Restored, error) {
+	res, err := replay.RestoreShard(ctx, store, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
+	if err != nil {
+		return replay.Restored{}, err
+	}
+	if err := store.DeleteRange(ctx, sector, res.Start.Tick+1, math.MaxUint64); err != nil {
+		return replay.Restored{}, fmt.Errorf("natsworld: sector %d: drop unusable snapshots: %w", sector, err)
+	}
+	return res, nil
+}
+
 // runOnce restores the sector from the shared store and runs its runner
 // until it stops.
-func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport, tail uint64, hot *hotState) error {
+func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport, tail uint64, start *replay.Restored, standby bool, recent []SectorFrame) error {
 	s, epoch := sr.lease.Sector, sr.lease.Epoch
 	valid := func() bool { return w.keeper.Valid(s, epoch) }
-	store := fencedStore{Store: w.cfg.Snapshots, valid: valid}
+	store := w.sectorStore(s, epoch)
 	var res replay.Restored
-	if hot != nil {
-		// The hot copy's state: its first snapshot will be a full one.
-		res = replay.Restored{Sim: hot.sim, Start: hot.cp}
-		rep.Standby = true
+	if start != nil {
+		// Restored meanwhile, or a hot copy's state (whose first snapshot
+		// will then be a full one).
+		res = *start
 	} else {
 		var err error
-		res, err = replay.RestoreShard(ctx, store, nil, s, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(s) })
-		if err != nil {
+		if res, err = w.restore(ctx, s, store); err != nil {
 			return err
 		}
-		// Snapshots newer than the one restored were not usable (a
-		// previous owner died writing them): drop them, so no chain mixes
-		// owners.
-		if err := store.DeleteRange(ctx, s, res.Start.Tick+1, math.MaxUint64); err != nil {
-			return fmt.Errorf("natsworld: sector %d: drop unusable snapshots: %w", s, err)
-		}
 	}
+	rep.Standby = standby
 	if rep.Restored == 0 {
 		rep.Restored, rep.SnapshotTick = time.Now().UnixNano(), res.Start.Tick
 	}
@@ -453,6 +516,15 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 	sr.runner.Store(r)
 	if sr.stopped.Load() {
 		r.Kill()
+	}
+	// A hot copy's last frames, now under this lease.
+	for _, f := range recent {
+		if !valid() {
+			break
+		}
+		f.Epoch, f.Published = epoch, time.Now().UnixNano()
+		buf = AppendSectorFrame(buf[:0], f)
+		_ = w.cfg.Publisher.Publish(subject, buf)
 	}
 	err = r.Run(ctx)
 	if errors.Is(err, replay.ErrSnapshotAheadOfFence) && res.Tip != nil {

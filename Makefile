@@ -10,7 +10,7 @@ REPLAY_DST_SEEDS ?= 300
 .PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard cluster generate fuzz bench dst-soak replay-dst-soak lint build viewer
 
 ## test: install missing system packages, vet, run every test (the deterministic simulators and the process fault test included)
-test: deps vet unit dst replay-dst faults jetstream-shard crash diskfull viewer
+test: deps vet unit dst replay-dst faults jetstream-shard cluster crash diskfull viewer
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:

@@ -182,10 +182,10 @@ func TestClusterRealProcesses(t *testing.T) {
 			}
 			p.kill()
 		}
+		if keep := os.Getenv("BROADSIDE_KEEP_LOGS"); keep != "" {
+			exec.Command("cp", "-r", dir, keep).Run() // passed or not: the processes' logs
+		}
 		if t.Failed() {
-			if keep := os.Getenv("BROADSIDE_KEEP_LOGS"); keep != "" {
-				exec.Command("cp", "-r", dir, keep).Run()
-			}
 			for _, n := range names {
 				b, _ := os.ReadFile(filepath.Join(dir, n+".log"))
 				lines := strings.Split(string(b), "\n")
@@ -361,16 +361,34 @@ func TestClusterRealProcesses(t *testing.T) {
 	}
 
 	var roles []string
-	waitTicks(90, "start")
-	for s, w := range owners() {
-		if w == "" {
-			t.Fatalf("sector %d has no owner after the start: %v", s, owners())
+	// settle waits until every sector has an owner, the same for 300 ms
+	// (the assignment rebalanced after a worker joined).
+	settle := func(what string) map[uint32]string {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		prev := owners()
+		for {
+			time.Sleep(300 * time.Millisecond)
+			cur := owners()
+			full := true
+			for s := range uint32(4) {
+				full = full && cur[s] != "" && cur[s] == prev[s]
+			}
+			if full {
+				return cur
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %s: the sectors' owners never settled: %v", what, cur)
+			}
+			prev = cur
 		}
 	}
+	waitTicks(90, "start")
+	settle("start")
 
 	// 1. SIGKILL the worker owning sector 0; restart it (it rejoins and
 	// the assignment hands its sectors back).
-	victim := owners()[0]
+	victim := settle("start")[0]
 	vs := sectorsOf(victim)
 	victimTicker := tickerOwner()
 	killedAt := time.Now()
@@ -381,7 +399,7 @@ func TestClusterRealProcesses(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	procs[victim].start(t)
 	waitTicks(60, "worker restart")
-	time.Sleep(time.Second) // the rebalance settles
+	settle("worker restart")
 
 	// 2. SIGSTOP the owner of another sector past its leases, then SIGCONT.
 	var paused string

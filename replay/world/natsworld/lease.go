@@ -158,7 +158,7 @@ func (l *Leases) workerPrefix() string {
 // its revision (so a renewal meanwhile wins), and claims. The age is the
 // server's write time against this worker's clock; the margin
 // (ExpiryMargin of the TTL) covers clock skew, and the previous holder
-// stopped using the lease half a TTL after its last renewal anyway.
+// stopped using the lease three quarters of a TTL after its last renewal anyway.
 func (l *Leases) Claim(ctx context.Context, sector uint32) (Lease, error) {
 	key := l.sectorKey(sector)
 	// The epoch is the revision of this write, unknown before it: the

@@ -572,7 +572,7 @@ func (w *Worker) runTicker(ctx context.Context) {
 		held = nil
 	}
 	for {
-		octx, cancel := context.WithTimeout(ctx, ttl/3)
+		octx, cancel := context.WithTimeout(ctx, ttl/2)
 		sent := time.Now() // the lease runs from after this (see Keeper.Round)
 		if held != nil {
 			err := l.Renew(octx, held)
@@ -582,7 +582,7 @@ func (w *Worker) runTicker(ctx context.Context) {
 				renewed = sent
 			case errors.Is(err, ErrLost):
 				stop("lease lost", err)
-			case now.Sub(renewed) >= ttl/2:
+			case now.Sub(renewed) >= ttl*3/4:
 				stop("cannot renew the lease", err)
 			}
 		} else if lease, err := l.Claim(octx, TickerLease); err == nil {

@@ -77,6 +77,8 @@ func NewKeeper(cfg KeeperConfig) (*Keeper, error) {
 func (k *Keeper) Run(ctx context.Context) error {
 	t := time.NewTicker(k.cfg.Every)
 	defer t.Stop()
+	stopWatch := k.cfg.Leases.WatchWorkers(ctx)
+	defer stopWatch()
 	for {
 		k.Round(ctx)
 		select {

@@ -28,6 +28,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,6 +87,16 @@ type Leases struct {
 	kv     jetstream.KeyValue
 	cfg    LeasesConfig
 	regRev uint64 // revision of this worker's registration; used by Register only
+	// watch, while WatchWorkers runs, holds the registrations it saw.
+	watch atomic.Pointer[workerWatch]
+}
+
+// workerWatch is the registrations a watcher delivered: worker id -> the
+// server time of its last registration.
+type workerWatch struct {
+	mu    sync.Mutex
+	seen  map[string]time.Time
+	ready bool // every registration current at the start was delivered
 }
 
 var validWorker = regexp.MustCompile(`^[-_a-zA-Z0-9]{1,64}$`)
@@ -286,11 +298,84 @@ func (l *Leases) Deregister(ctx context.Context) error {
 	return nil
 }
 
+// WatchWorkers follows the registrations of the world's workers until ctx
+// ends or stop is called, so that Workers answers from memory instead of
+// listing the bucket (a consumer created on the server) every round. It
+// is an optimisation: Workers lists whenever the watch is not running,
+// not ready, or has not seen this worker's own latest registration within
+// the TTL (a watch that stalled).
+func (l *Leases) WatchWorkers(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	w, err := l.kv.WatchFiltered(ctx, []string{l.workerPrefix() + "*"})
+	if err != nil {
+		cancel()
+		return func() {}
+	}
+	ww := &workerWatch{seen: map[string]time.Time{}}
+	l.watch.Store(ww)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer w.Stop()
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					l.watch.CompareAndSwap(ww, nil)
+					return
+				}
+				ww.mu.Lock()
+				if e == nil {
+					ww.ready = true
+				} else if id := strings.TrimPrefix(e.Key(), l.workerPrefix()); validWorker.MatchString(id) {
+					if e.Operation() == jetstream.KeyValuePut {
+						ww.seen[id] = e.Created()
+					} else {
+						delete(ww.seen, id)
+					}
+				}
+				ww.mu.Unlock()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		l.watch.CompareAndSwap(ww, nil)
+	}
+}
+
+// watched returns the live workers from the watch, if it can answer.
+func (l *Leases) watched(limit time.Duration) ([]string, bool) {
+	ww := l.watch.Load()
+	if ww == nil {
+		return nil, false
+	}
+	ww.mu.Lock()
+	defer ww.mu.Unlock()
+	if own, ok := ww.seen[l.cfg.Worker]; !ww.ready || !ok || time.Since(own) > limit {
+		return nil, false
+	}
+	var out []string
+	for id, at := range ww.seen {
+		if time.Since(at) <= limit {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out, true
+}
+
 // Workers returns the ids of the live workers of the world, sorted: those
 // whose registration is younger than the TTL and its margin (an expired
 // one the server has not removed yet is left out, as Claim takes such a
 // lease).
 func (l *Leases) Workers(ctx context.Context) ([]string, error) {
+	if out, ok := l.watched(l.cfg.TTL + time.Duration(float64(l.cfg.TTL)*ExpiryMargin)); ok {
+		return out, nil
+	}
 	watcher, err := l.kv.WatchFiltered(ctx, []string{l.workerPrefix() + "*"}, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
 	if err != nil {
 		return nil, fmt.Errorf("natsworld: live workers: %w", err)

@@ -385,6 +385,8 @@ func TestClusterRealProcesses(t *testing.T) {
 	}
 	waitTicks(90, "start")
 	settle("start")
+	quietFrom := time.Now()
+	time.Sleep(3 * time.Second) // a quiet period, to compare the ticks during takeovers with
 
 	// 1. SIGKILL the worker owning sector 0; restart it (it rejoins and
 	// the assignment hands its sectors back).
@@ -626,6 +628,40 @@ func TestClusterRealProcesses(t *testing.T) {
 		split(func(tk takeover) time.Duration { return tk.replay }),
 		ms(lat.ValueAtQuantile(50)), ms(lat.ValueAtQuantile(99)), ms(lat.Max()), checked, tail, lastTick, game.Shards, missing, claims, migrations)
 	detail += fmt.Sprintf("; ticks missing from the frames per takeover: %s", strings.Join(gaps, ", "))
+	// The other sectors' ticks during a takeover: the interval between
+	// the first publications of consecutive ticks of a sector not taken
+	// over, within 1.5 s of a SIGKILL or SIGSTOP, against the quiet
+	// period before the first kill.
+	firstPub := map[[2]uint64]int64{}
+	for _, cf := range frames {
+		k := [2]uint64{uint64(cf.f.Sector), cf.f.Tick}
+		if p, ok := firstPub[k]; !ok || cf.f.Published < p {
+			firstPub[k] = cf.f.Published
+		}
+	}
+	quiet, during := hdrhistogram.New(1, 60_000_000, 3), hdrhistogram.New(1, 60_000_000, 3)
+	events := []struct {
+		at      time.Time
+		sectors []uint32
+	}{{killedAt, vs}, {pausedAt, ps}}
+	for k, p := range firstPub {
+		prev, ok := firstPub[[2]uint64{k[0], k[1] - 1}]
+		if !ok || p <= prev {
+			continue
+		}
+		at, iv := time.Unix(0, p), (p-prev)/1000
+		if at.After(quietFrom) && at.Before(killedAt) {
+			_ = quiet.RecordValue(iv)
+		}
+		for _, ev := range events {
+			if !slices.Contains(ev.sectors, uint32(k[0])) && !at.Before(ev.at) && at.Before(ev.at.Add(1500*time.Millisecond)) {
+				_ = during.RecordValue(iv)
+			}
+		}
+	}
+	detail += fmt.Sprintf("; the other sectors' tick interval p50/p99 during takeovers %.1f/%.1f ms (%d ticks), quiet %.1f/%.1f ms (%d ticks; the Ticker's lease was on %s at the SIGKILL, %s at the SIGSTOP)",
+		ms(during.ValueAtQuantile(50)), ms(during.ValueAtQuantile(99)), during.TotalCount(),
+		ms(quiet.ValueAtQuantile(50)), ms(quiet.ValueAtQuantile(99)), quiet.TotalCount(), victimTicker, pausedTicker)
 	fmt.Println(line)
 	fmt.Println(detail)
 	t.Log(line)

@@ -35,5 +35,6 @@ Start with 'broadside demo'.`,
 	root.AddCommand(newDemoCmd(), newServeCmd(), newBotsCmd(), newTokenCmd(), newLogdCmd(), newLogCmd(),
 		newLineageCmd(), newBenchCmd(), newKeygenCmd(), newCertCmd())
 	root.AddCommand(newReplayCmd())
+	root.AddCommand(newSectorCmd())
 	return root
 }

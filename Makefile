@@ -7,10 +7,10 @@ DST_SEEDS ?= 500
 SOAK_SEEDS ?= 20000
 REPLAY_DST_SEEDS ?= 300
 
-.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard generate fuzz bench dst-soak replay-dst-soak lint build viewer hostile viewer-wasm browser browser-docs browser-perf
+.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard cluster generate fuzz bench dst-soak replay-dst-soak lint build viewer hostile viewer-wasm browser browser-docs browser-perf
 
 ## test: install missing system packages, vet, run every test (the deterministic simulators and the process fault test included)
-test: deps vet unit dst replay-dst faults jetstream-shard crash diskfull hostile viewer browser
+test: deps vet unit dst replay-dst faults jetstream-shard cluster crash diskfull hostile viewer browser
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:
@@ -22,7 +22,7 @@ vet:
 
 ## unit: all package tests except the simulators and the process fault test (run by `dst`, `replay-dst` and `faults` with summary lines)
 unit:
-	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses|TestCrashRealProcesses|TestDiskFullRealProcess|TestJetStreamShardRealProcesses|TestHostileRealProcesses' $$($(GO) list ./... | grep -v -E '/internal/(dst|replaydst)$$')
+	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses|TestCrashRealProcesses|TestDiskFullRealProcess|TestJetStreamShardRealProcesses|TestHostileRealProcesses|TestClusterRealProcesses' $$($(GO) list ./... | grep -v -E '/internal/(dst|replaydst)$$')
 
 ## crash: SIGKILL the game server (serve) at random moments, in a snapshot write and in a recovery, while bots play; prints the crash line
 crash:
@@ -48,6 +48,11 @@ hostile:
 jetstream-shard:
 	$(GO) test -count=1 -timeout 5m -v -run 'TestJetStreamShardRealProcesses' ./cmd/broadside \
 	  | grep -E '^(jetstream-shard:|--- FAIL|FAIL|ok)|SIGKILL|lost'
+
+## cluster: one world on separate processes (3 NATS nodes, logd, 3 sector workers): SIGKILL a worker, SIGSTOP/SIGCONT one past its leases, SIGKILL the log leader, stop a NATS node; prints the cluster lines
+cluster:
+	$(GO) test -count=1 -timeout 5m -v -run 'TestClusterRealProcesses' ./cmd/broadside \
+	  | grep -E '^(cluster:|--- FAIL|FAIL|ok)|SIGKILL|SIGSTOP|lost|differ'
 
 ## dst: the deterministic simulator over DST_SEEDS seeds, plus the injected-bug and fsync runs
 dst:

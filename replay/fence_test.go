@@ -341,3 +341,34 @@ func TestSnapshotAheadOfFenceRefused(t *testing.T) {
 		t.Fatalf("the old owner produced %d outputs; the new owner found %d logged and appended %d of %d", oldOuts, st.AlreadyLogged, st.Appended, st.Outputs)
 	}
 }
+
+// TestCheckpointFencesAtItsPosition checks that a runner's Checkpoint
+// carries the fence table as it was at the checkpoint, not as it is after
+// the entries read past it: a successor started from it (a hot standby's)
+// re-reads those entries, and must judge the migrations among them by the
+// claims before them.
+func TestCheckpointFencesAtItsPosition(t *testing.T) {
+	cfg := broadside.DefaultConfig()
+	sim, err := broadside.NewSector(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := func(n uint64) []byte {
+		return wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeTick, Tick: n})
+	}
+	var entries []msg.Entry
+	for i, data := range [][]byte{replay.LeaseClaimRecord(1, 5), tick(1), replay.LeaseClaimRecord(1, 7)} {
+		entries = append(entries, msg.Entry{Pos: uint64(i + 1), Record: msg.Record{ID: msg.RecordID{Client: 1, Seq: uint64(i + 1)}, Data: data}})
+	}
+	r, err := replay.NewRunner(replay.RunnerConfig{World: 1, Shard: 0, Sim: sim, Source: replay.NewSliceSource(entries, 1), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cp := r.Checkpoint()
+	if cp.Tick != 1 || cp.Pos != 2 || len(cp.Fences) != 1 || cp.Fences[0].Shard != 1 || cp.Fences[0].Epoch != 5 {
+		t.Fatalf("checkpoint %+v: want tick 1 at position 2 with sector 1 fenced at epoch 5 (the claim of epoch 7 is past it)", cp)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,8 +234,12 @@ type Runner struct {
 	pos            uint64 // last entry read
 	pending        []Command
 	fences         fenceTable
-	fencedOut      bool
-	aheadOfFence   bool
+	// cpFences is the fence table as it was at cp (the table moves on as
+	// entries past cp are read); fencesChanged says it changed since.
+	cpFences      []snapshot.Fence
+	fencesChanged bool
+	fencedOut     bool
+	aheadOfFence  bool
 
 	running  atomic.Bool
 	killed   atomic.Bool
@@ -286,6 +291,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		outs:   newOutputQueue(OutputClientID(cfg.World, cfg.Shard), cfg.Start.Tick, cfg.Clock),
 		fences: fenceTableOf(cfg.Start.Fences),
 	}
+	r.cpFences = r.fences.list()
 	if cfg.Epoch != 0 {
 		r.outs.fenced = true
 		r.outs.fencedClient = FencedOutputClientID(cfg.World, cfg.Shard, cfg.Epoch)
@@ -355,9 +361,16 @@ func (r *Runner) Position() uint64 { return r.atPos.Load() }
 // its clock.
 func (r *Runner) LastProgress() time.Time { return time.Unix(0, r.progress.Load()) }
 
-// Checkpoint returns where the runner stands. It must not be called while
-// the runner runs.
-func (r *Runner) Checkpoint() Checkpoint { return r.cp }
+// Checkpoint returns where the runner stands, with its fencing state at
+// that point (a runner started from it, a hot standby's successor, knows
+// every lease claim up to its position, and none past it: a runner
+// stopped between two ticks has read entries past its checkpoint). It
+// must not be called while the runner runs.
+func (r *Runner) Checkpoint() Checkpoint {
+	cp := r.cp
+	cp.Fences = slices.Clone(r.cpFences)
+	return cp
+}
 
 // Stats returns the runner's counters.
 func (r *Runner) Stats() RunnerStats {
@@ -553,6 +566,7 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 			if f := r.fences[src]; src == r.cfg.Shard && env.ClientSeq > f.Seen {
 				f.Seen = env.ClientSeq
 				r.fences[src] = f
+				r.fencesChanged = true
 				if env.ClientSeq > r.outs.seen.Load() {
 					r.outs.seen.Store(env.ClientSeq)
 				}
@@ -597,6 +611,7 @@ func (r *Runner) leaseClaim(shard uint32, epoch uint64) {
 		f.Base = f.Seen
 	}
 	r.fences[shard] = f
+	r.fencesChanged = true
 	if shard != r.cfg.Shard || r.cfg.Epoch == 0 {
 		return
 	}
@@ -688,6 +703,9 @@ func (r *Runner) step(ctx context.Context, tick uint64, cmds []Command, pos uint
 	}
 	hash := r.sim.Hash()
 	r.cp.Tick, r.cp.Pos = tick, pos
+	if r.fencesChanged {
+		r.cpFences, r.fencesChanged = r.fences.list(), false
+	}
 	info := TickInfo{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, Inputs: len(cmds), Outputs: len(outs), Step: stepDur, Gap: gap,
 		Commands: cmds, Sim: r.sim}
 

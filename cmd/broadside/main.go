@@ -35,6 +35,7 @@ Start with 'broadside demo'.`,
 	root.AddCommand(newDemoCmd(), newServeCmd(), newBotsCmd(), newTokenCmd(), newLogdCmd(), newLogCmd(),
 		newLineageCmd(), newBenchCmd(), newKeygenCmd(), newCertCmd())
 	root.AddCommand(newReplayCmd())
+	root.AddCommand(newSectorCmd())
 	root.AddCommand(newViewCmd())
 	return root
 }

@@ -37,7 +37,7 @@ type KeeperConfig struct {
 // Keeper keeps the sectors this worker should own, and only those: every
 // round it registers the worker as live, renews the leases it holds
 // (stopping a sector whose renewal fails, or that it could not renew for
-// half a TTL), assigns the sectors over the live workers (Assign), claims
+// three quarters of a TTL), assigns the sectors over the live workers (Assign), claims
 // the free ones assigned to it and hands back the ones assigned to another
 // live worker.
 type Keeper struct {
@@ -77,6 +77,8 @@ func NewKeeper(cfg KeeperConfig) (*Keeper, error) {
 func (k *Keeper) Run(ctx context.Context) error {
 	t := time.NewTicker(k.cfg.Every)
 	defer t.Stop()
+	stopWatch := k.cfg.Leases.WatchWorkers(ctx)
+	defer stopWatch()
 	for {
 		k.Round(ctx)
 		select {
@@ -115,6 +117,21 @@ func (k *Keeper) Held() []Lease {
 	return out
 }
 
+// Valid reports whether this worker holds sector's lease at epoch and
+// renewed it less than three quarters of a TTL ago (by the keeper's
+// clock, counted from when the renewal was sent): what a
+// sector's outputs that bypass the log (its snapshots in the shared
+// store, its frames) check before they leave, so that a worker that was
+// paused past its lease (SIGSTOP) writes nothing on waking, even before
+// its next round stops the sector.
+func (k *Keeper) Valid(sector uint32, epoch uint64) bool {
+	k.mu.Lock()
+	h := k.held[sector]
+	ok := h != nil && h.lease.Epoch == epoch && k.cfg.Now().Sub(h.renewed) < k.cfg.Leases.TTL()*3/4
+	k.mu.Unlock()
+	return ok
+}
+
 // Workers returns the live workers of the last round.
 func (k *Keeper) Workers() []string {
 	k.mu.Lock()
@@ -141,27 +158,55 @@ func (k *Keeper) opCtx(ctx context.Context) (context.Context, context.CancelFunc
 func (k *Keeper) Round(ctx context.Context) {
 	l := k.cfg.Leases
 	ttl := l.TTL()
-	// Renew first: that is what keeps the sectors alive.
-	for _, h := range k.Held() {
+	// Renew first, all at once: that is what keeps the sectors alive.
+	type renewal struct {
+		hl         *heldLease
+		lease      Lease
+		sent, done time.Time
+		err        error
+	}
+	held := k.Held()
+	results := make([]renewal, len(held))
+	var wg sync.WaitGroup
+	for i, h := range held {
 		k.mu.Lock()
 		hl := k.held[h.Sector]
 		k.mu.Unlock()
-		lease := h
-		octx, cancel := k.opCtx(ctx)
-		err := l.Renew(octx, &lease)
-		cancel()
-		now := k.cfg.Now()
+		if hl == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lease := h
+			// The lease runs one TTL from when the server applied the
+			// renewal, which is after this moment: count from here (a
+			// reply that arrives late, say after a SIGSTOP, must not look
+			// fresh).
+			sent := k.cfg.Now()
+			octx, cancel := context.WithTimeout(ctx, ttl/2)
+			err := l.Renew(octx, &lease)
+			cancel()
+			results[i] = renewal{hl: hl, lease: lease, sent: sent, done: k.cfg.Now(), err: err}
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		if r.hl == nil {
+			continue
+		}
+		h, hl, err, now := r.lease, r.hl, r.err, r.done
 		switch {
 		case err == nil:
 			k.mu.Lock()
-			hl.lease, hl.renewed = lease, now
+			hl.lease, hl.renewed = r.lease, r.sent
 			k.mu.Unlock()
 		case errors.Is(err, ErrLost):
 			k.log.Warn("lease lost: stopping the sector", "sector", h.Sector, "epoch", h.Epoch, "err", err)
 			k.lose(hl.lease, err)
-		case now.Sub(hl.renewed) >= ttl/2:
-			// Unknown outcome, and half the lease gone: stop before the
-			// lease can lapse under a running sector.
+		case now.Sub(hl.renewed) >= ttl*3/4:
+			// Unknown outcome, and three quarters of the lease gone: stop
+			// before the lease can lapse under a running sector.
 			k.log.Warn("cannot renew the lease: stopping the sector", "sector", h.Sector, "epoch", h.Epoch, "err", err)
 			k.lose(hl.lease, fmt.Errorf("no renewal for %v: %w", now.Sub(hl.renewed).Round(time.Millisecond), err))
 		default:
@@ -208,6 +253,7 @@ func (k *Keeper) Round(ctx context.Context) {
 			}
 			cancel()
 		case h == nil && want:
+			sent := k.cfg.Now()
 			octx, cancel := k.opCtx(ctx)
 			lease, err := l.Claim(octx, s)
 			cancel()
@@ -219,7 +265,7 @@ func (k *Keeper) Round(ctx context.Context) {
 				continue
 			}
 			k.mu.Lock()
-			k.held[s] = &heldLease{lease: lease, renewed: k.cfg.Now()}
+			k.held[s] = &heldLease{lease: lease, renewed: sent}
 			k.mu.Unlock()
 			k.log.Info("claimed sector", "sector", s, "epoch", lease.Epoch)
 			if k.cfg.OnAcquire != nil {

@@ -28,6 +28,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,6 +87,16 @@ type Leases struct {
 	kv     jetstream.KeyValue
 	cfg    LeasesConfig
 	regRev uint64 // revision of this worker's registration; used by Register only
+	// watch, while WatchWorkers runs, holds the registrations it saw.
+	watch atomic.Pointer[workerWatch]
+}
+
+// workerWatch is the registrations a watcher delivered: worker id -> the
+// server time of its last registration.
+type workerWatch struct {
+	mu    sync.Mutex
+	seen  map[string]time.Time
+	ready bool // every registration current at the start was delivered
 }
 
 var validWorker = regexp.MustCompile(`^[-_a-zA-Z0-9]{1,64}$`)
@@ -151,17 +163,56 @@ func (l *Leases) workerPrefix() string {
 
 // Claim takes sector's lease if nobody holds it; it returns ErrHeld if
 // someone (this worker included) does.
+//
+// A lease whose last write is older than the TTL (and a margin) has
+// expired even if the server has not removed it yet (nats-server's file
+// store checks ages at most every 250 ms): Claim deletes it, expecting
+// its revision (so a renewal meanwhile wins), and claims. The age is the
+// server's write time against this worker's clock; the margin
+// (ExpiryMargin of the TTL) covers clock skew, and the previous holder
+// stopped using the lease three quarters of a TTL after its last renewal anyway.
 func (l *Leases) Claim(ctx context.Context, sector uint32) (Lease, error) {
+	key := l.sectorKey(sector)
 	// The epoch is the revision of this write, unknown before it: the
 	// value says 0, which reads as "the entry's own revision".
-	rev, err := l.kv.Create(ctx, l.sectorKey(sector), EncodeLeaseValue(LeaseValue{Worker: l.cfg.Worker}))
+	val := EncodeLeaseValue(LeaseValue{Worker: l.cfg.Worker})
+	rev, err := l.kv.Create(ctx, key, val)
 	if errors.Is(err, jetstream.ErrKeyExists) {
+		rev, err = l.claimExpired(ctx, key, val)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, ErrHeld) {
 		return Lease{}, fmt.Errorf("natsworld: claim sector %d: %w", sector, ErrHeld)
 	}
 	if err != nil {
 		return Lease{}, fmt.Errorf("natsworld: claim sector %d: %w", sector, err)
 	}
 	return Lease{Sector: sector, Epoch: rev, Revision: rev}, nil
+}
+
+// ExpiryMargin is the share of the TTL past which Claim takes a lease
+// the server has not removed yet.
+const ExpiryMargin = 0.25
+
+// claimExpired claims key if its last write is older than the TTL and
+// the margin; ErrHeld otherwise.
+func (l *Leases) claimExpired(ctx context.Context, key string, val []byte) (uint64, error) {
+	e, err := l.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return l.kv.Create(ctx, key, val) // removed meanwhile
+	}
+	if err != nil {
+		return 0, err
+	}
+	if time.Since(e.Created()) <= l.cfg.TTL+time.Duration(float64(l.cfg.TTL)*ExpiryMargin) {
+		return 0, ErrHeld
+	}
+	if err := l.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+			return 0, ErrHeld // renewed or claimed meanwhile
+		}
+		return 0, err
+	}
+	return l.kv.Create(ctx, key, val)
 }
 
 // Renew extends lease by one TTL from now and updates its Revision; it
@@ -247,27 +298,105 @@ func (l *Leases) Deregister(ctx context.Context) error {
 	return nil
 }
 
-// Workers returns the ids of the live workers of the world, sorted.
-func (l *Leases) Workers(ctx context.Context) ([]string, error) {
-	lister, err := l.kv.ListKeysFiltered(ctx, l.workerPrefix()+"*")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+// WatchWorkers follows the registrations of the world's workers until ctx
+// ends or stop is called, so that Workers answers from memory instead of
+// listing the bucket (a consumer created on the server) every round. It
+// is an optimisation: Workers lists whenever the watch is not running,
+// not ready, or has not seen this worker's own latest registration within
+// the TTL (a watch that stalled).
+func (l *Leases) WatchWorkers(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	w, err := l.kv.WatchFiltered(ctx, []string{l.workerPrefix() + "*"})
 	if err != nil {
-		return nil, fmt.Errorf("natsworld: live workers: %w", err)
+		cancel()
+		return func() {}
+	}
+	ww := &workerWatch{seen: map[string]time.Time{}}
+	l.watch.Store(ww)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer w.Stop()
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					l.watch.CompareAndSwap(ww, nil)
+					return
+				}
+				ww.mu.Lock()
+				if e == nil {
+					ww.ready = true
+				} else if id := strings.TrimPrefix(e.Key(), l.workerPrefix()); validWorker.MatchString(id) {
+					if e.Operation() == jetstream.KeyValuePut {
+						ww.seen[id] = e.Created()
+					} else {
+						delete(ww.seen, id)
+					}
+				}
+				ww.mu.Unlock()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		l.watch.CompareAndSwap(ww, nil)
+	}
+}
+
+// watched returns the live workers from the watch, if it can answer.
+func (l *Leases) watched(limit time.Duration) ([]string, bool) {
+	ww := l.watch.Load()
+	if ww == nil {
+		return nil, false
+	}
+	ww.mu.Lock()
+	defer ww.mu.Unlock()
+	if own, ok := ww.seen[l.cfg.Worker]; !ww.ready || !ok || time.Since(own) > limit {
+		return nil, false
 	}
 	var out []string
-	for k := range lister.Keys() {
-		if id := strings.TrimPrefix(k, l.workerPrefix()); validWorker.MatchString(id) {
+	for id, at := range ww.seen {
+		if time.Since(at) <= limit {
 			out = append(out, id)
 		}
 	}
-	_ = lister.Stop() // the lister stopped its watcher when the keys ran out
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("natsworld: live workers: %w", err) // the list may be cut short
-	}
 	slices.Sort(out)
-	return slices.Compact(out), nil
+	return out, true
+}
+
+// Workers returns the ids of the live workers of the world, sorted: those
+// whose registration is younger than the TTL and its margin (an expired
+// one the server has not removed yet is left out, as Claim takes such a
+// lease).
+func (l *Leases) Workers(ctx context.Context) ([]string, error) {
+	if out, ok := l.watched(l.cfg.TTL + time.Duration(float64(l.cfg.TTL)*ExpiryMargin)); ok {
+		return out, nil
+	}
+	watcher, err := l.kv.WatchFiltered(ctx, []string{l.workerPrefix() + "*"}, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("natsworld: live workers: %w", err)
+	}
+	defer watcher.Stop()
+	limit := l.cfg.TTL + time.Duration(float64(l.cfg.TTL)*ExpiryMargin)
+	var out []string
+	for {
+		select {
+		case e := <-watcher.Updates():
+			if e == nil { // every current entry delivered
+				slices.Sort(out)
+				return slices.Compact(out), nil
+			}
+			if id := strings.TrimPrefix(e.Key(), l.workerPrefix()); validWorker.MatchString(id) && time.Since(e.Created()) <= limit {
+				out = append(out, id)
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("natsworld: live workers: %w", ctx.Err())
+		}
+	}
 }
 
 // Assign returns the worker that should own sector among workers (""

@@ -397,3 +397,54 @@ func FuzzDecodeLeaseValue(f *testing.F) {
 		}
 	})
 }
+
+// TestWorkersWatchedAndListed checks that Workers answers the same from
+// the registrations' watch (WatchWorkers) as from a listing: registered
+// workers are live, a deregistered one is gone at once, and one whose
+// registration is older than the TTL and its margin is left out even
+// before the server removes it.
+func TestWorkersWatchedAndListed(t *testing.T) {
+	js := startNATS(t)
+	a, b := openLeases(t, js(), "a"), openLeases(t, js(), "b")
+	ctx := ctxT(t)
+	for _, l := range []*Leases{a, b} {
+		if err := l.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := a.WatchWorkers(ctx)
+	defer stop()
+	want := func(what string, ids ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			listed, err := b.Workers(ctx) // no watch: a listing
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Register(ctx); err != nil { // keeps a's watch answering
+				t.Fatal(err)
+			}
+			watched, ok := a.watched(testTTL + time.Duration(float64(testTTL)*ExpiryMargin))
+			if ok && slices.Equal(watched, ids) && slices.Equal(listed, ids) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: watched %v (answering %v), listed %v, want %v", what, watched, ok, listed, ids)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	want("both registered", "a", "b")
+	if err := b.Deregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want("b deregistered", "a")
+	if err := b.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want("b registered again", "a", "b")
+	// b stops renewing: it is out once its registration is older than the
+	// TTL and the margin (a keeps registering).
+	want("b silent", "a")
+}

@@ -2,6 +2,7 @@ package natsworld
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,44 +105,39 @@ func (s *SnapshotStore) Put(ctx context.Context, meta snapshot.Meta, b []byte) e
 	return nil
 }
 
-// List implements snapshot.Store.
+// List implements snapshot.Store. It reads every metadata value of the
+// shard through one watcher (one consumer delivering them all), not a Get
+// per snapshot: a worker taking a sector over lists it first.
 func (s *SnapshotStore) List(ctx context.Context, shard uint32) ([]snapshot.Meta, error) {
 	if s.closed.Load() {
 		return nil, snapshot.ErrClosed
 	}
 	prefix := fmt.Sprintf("m.%s.%d.", s.world, shard)
-	lister, err := s.kv.ListKeysFiltered(ctx, prefix+"*")
+	watcher, err := s.kv.WatchFiltered(ctx, []string{prefix + "*"}, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("natsworld: list snapshots of shard %d: %w", shard, err)
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
+	defer watcher.Stop()
+	var out []snapshot.Meta
+	for {
+		select {
+		case e := <-watcher.Updates():
+			if e == nil { // every current value delivered
+				slices.SortFunc(out, func(a, b snapshot.Meta) int { return cmp.Compare(a.Tick, b.Tick) })
+				return slices.CompactFunc(out, func(a, b snapshot.Meta) bool { return a.Tick == b.Tick }), nil
+			}
+			if !strings.HasPrefix(e.Key(), prefix) {
+				continue
+			}
+			m, err := snapshot.DecodeMeta(e.Value())
+			if err != nil || m.Shard != shard {
+				continue // fails its checksum: left out, as the interface says
+			}
+			out = append(out, m)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("natsworld: list snapshots of shard %d: %w", shard, ctx.Err())
 		}
 	}
-	_ = lister.Stop()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("natsworld: list snapshots of shard %d: %w", shard, err)
-	}
-	slices.Sort(keys) // ticks are zero-padded
-	keys = slices.Compact(keys)
-	out := make([]snapshot.Meta, 0, len(keys))
-	for _, k := range keys {
-		e, err := s.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // deleted meanwhile
-		}
-		if err != nil {
-			return nil, fmt.Errorf("natsworld: list snapshots of shard %d: %s: %w", shard, k, err)
-		}
-		m, err := snapshot.DecodeMeta(e.Value())
-		if err != nil || m.Shard != shard {
-			continue // fails its checksum: left out, as the interface says
-		}
-		out = append(out, m)
-	}
-	return out, nil
 }
 
 // Get implements snapshot.Store.

@@ -1,0 +1,658 @@
+package natsworld
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/snapshot"
+	"github.com/anoptic/broadside/replay/world"
+)
+
+// TickerLease is the sector number of the lease of the world's Ticker: the
+// one worker (or front end) holding it appends the world's TICK markers.
+// No game has this many sectors (world.MaxShards).
+const TickerLease = math.MaxUint32
+
+// DefaultMaxChain bounds a sector's snapshot chains on the shared store:
+// every link is a NATS round trip when a worker restores it.
+const DefaultMaxChain = 16
+
+// Publisher publishes a message on a NATS subject (*nats.Conn is one; it
+// copies data before returning).
+type Publisher interface {
+	Publish(subject string, data []byte) error
+}
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// World is the world id (required).
+	World uint32
+	// Game is the game the world runs (required); every worker of a world
+	// must run the same one (its configuration included).
+	Game world.Game
+	// Log is the world's command log (required): a cmdlog.RemoteClient of
+	// the logd cluster.
+	Log world.Log
+	// Leases is this worker's view of the lease bucket (required); its
+	// worker id names the worker.
+	Leases *Leases
+	// Snapshots is the snapshot store every worker of the world shares
+	// (required): a SnapshotStore on NATS.
+	Snapshots snapshot.Store
+	// Publisher receives the frames and takeover reports (required).
+	Publisher Publisher
+	// Policy decides when the sectors' runners snapshot (MaxChain
+	// defaults to DefaultMaxChain).
+	Policy snapshot.Policy
+	// KeepChains is how many snapshot chains each sector keeps (see
+	// snapshot.WriterConfig; default 2).
+	KeepChains int
+	// Ticker makes the worker compete for the world's Ticker lease
+	// (TickerLease) and append the tick markers while it holds it.
+	Ticker bool
+	// Standby makes the worker run a hot copy of every sector it does not
+	// own (no lease, no appends, no snapshots, no frames): when it claims
+	// one, it starts from the copy's state instead of restoring and
+	// replaying (it falls back to the shared store if the copy is ahead of
+	// what the previous owner got into the log).
+	Standby bool
+	// FramePart, if set, returns the game's part of a sector's frame after
+	// a tick (SectorFrame.Payload); it runs on the sector's runner
+	// goroutine and must copy what it needs from sim.
+	FramePart func(shard uint32, sim replay.Sim) []byte
+	// OnTakeover, if set, is told every sector this worker took over, once
+	// it is live.
+	OnTakeover func(TakeoverReport)
+	// Logger receives the worker's messages (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Worker is a sector worker: one process of a world spread over many. It
+// registers itself in the lease bucket and, through a Keeper, owns the
+// sectors the deterministic assignment gives it among the live workers.
+// For each sector it claims, it appends the lease claim to the log,
+// restores the sector from the shared snapshot store (the newest usable
+// chain, whoever wrote it) and runs its Runner from there under the
+// lease's fencing epoch: the runner replays the log to the present, then
+// runs live, appending its migrations tagged with the epoch, snapshotting
+// into the shared store and publishing each tick's frame on NATS
+// (SectorSubject). A sector whose lease is lost, or assigned to another
+// worker, stops at once; a worker that was paused past its leases writes
+// no snapshot and publishes no frame on waking (Keeper.Valid), and what
+// it appends to the log carries a stale epoch, which every runner ignores.
+type Worker struct {
+	cfg    WorkerConfig
+	log    *slog.Logger
+	keeper *Keeper
+
+	ctx     context.Context // Run's
+	mu      sync.Mutex
+	sectors map[uint32]*sectorRun
+	hot     map[uint32]*hotCopy // Standby's copies of the sectors not owned
+	wg      sync.WaitGroup
+}
+
+// hotCopy is a standby's copy of a sector it does not own: a runner
+// without appender, snapshots or frames, following the log.
+type hotCopy struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	runner atomic.Pointer[replay.Runner]
+	// recent are the frames of its last ticks (hotFrames at most, oldest
+	// first), written by its runner's goroutine: the successor publishes
+	// them, so that players miss no tick stepped between the previous
+	// owner's last frame and the takeover.
+	recent []SectorFrame
+}
+
+// hotFrames is how many recent frames a hot copy keeps (4 s at 30 Hz).
+const hotFrames = 128
+
+// hotState is where a hot copy stood when it was stopped.
+type hotState struct {
+	sim    replay.TableSim
+	cp     replay.Checkpoint
+	recent []SectorFrame
+}
+
+type sectorRun struct {
+	lease   Lease
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped atomic.Bool
+	runner  atomic.Pointer[replay.Runner]
+}
+
+// NewWorker returns a worker; Run runs it.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if err := cfg.Game.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.World == 0:
+		return nil, errors.New("natsworld: worker: world 0")
+	case cfg.Log == nil || cfg.Leases == nil || cfg.Snapshots == nil || cfg.Publisher == nil:
+		return nil, errors.New("natsworld: worker: a log, leases, a snapshot store and a publisher are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.KeepChains == 0 {
+		cfg.KeepChains = 2
+	}
+	if cfg.Policy.MaxChain == 0 {
+		cfg.Policy.MaxChain = DefaultMaxChain
+	}
+	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker", cfg.Leases.Worker()), sectors: map[uint32]*sectorRun{}, hot: map[uint32]*hotCopy{}}
+	k, err := NewKeeper(KeeperConfig{Leases: cfg.Leases, Sectors: cfg.Game.Shards, OnAcquire: w.acquire, OnLose: w.lose, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	w.keeper = k
+	return w, nil
+}
+
+// Keeper returns the worker's lease keeper.
+func (w *Worker) Keeper() *Keeper { return w.keeper }
+
+// Run runs the worker until ctx ends; then it stops its sectors and
+// releases their leases (and the Ticker's), so that the other workers
+// take over at once. It returns ctx.Err().
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	w.ctx = ctx
+	w.mu.Unlock()
+	tickerDone, standbyDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(tickerDone)
+		if w.cfg.Ticker {
+			w.runTicker(ctx)
+		}
+	}()
+	go func() {
+		defer close(standbyDone)
+		if w.cfg.Standby {
+			w.runStandby(ctx)
+		}
+	}()
+	err := w.keeper.Run(ctx)
+	<-tickerDone
+	<-standbyDone
+	w.wg.Wait()
+	return err
+}
+
+// acquire starts a sector the keeper claimed (OnAcquire).
+func (w *Worker) acquire(l Lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx == nil || w.ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	sr := &sectorRun{lease: l, cancel: cancel, done: make(chan struct{})}
+	w.sectors[l.Sector] = sr
+	hc := w.hot[l.Sector]
+	delete(w.hot, l.Sector)
+	acquired := time.Now()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer cancel()
+		// A hot copy stops before the claim is appended: its checkpoint is
+		// then before the claim, as a snapshot's is.
+		w.runSector(ctx, sr, acquired, stopHot(hc))
+	}()
+}
+
+// stopHot stops a hot copy and returns where it stood (nil if it was not
+// running).
+func stopHot(hc *hotCopy) *hotState {
+	if hc == nil {
+		return nil
+	}
+	hc.cancel()
+	if r := hc.runner.Load(); r != nil {
+		r.Kill()
+	}
+	<-hc.done
+	r := hc.runner.Load()
+	if r == nil {
+		return nil
+	}
+	sim, ok := r.Sim().(replay.TableSim)
+	if !ok {
+		return nil
+	}
+	cp := r.Checkpoint()
+	// Only a copy that read a lease claim of its sector counts, from the
+	// log, the outputs validly there (unfenced, it counts those it
+	// computed, which its successor's claim would then take as logged).
+	if !slices.ContainsFunc(cp.Fences, func(f snapshot.Fence) bool { return f.Shard == r.Shard() && f.Epoch != 0 }) {
+		return nil
+	}
+	return &hotState{sim: sim, cp: cp, recent: hc.recent}
+}
+
+// runStandby keeps a hot copy of every sector this worker does not own.
+func (w *Worker) runStandby(ctx context.Context) {
+	t := time.NewTicker(w.cfg.Leases.TTL() / 4)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		for s := range uint32(w.cfg.Game.Shards) {
+			if hc := w.hot[s]; hc != nil {
+				select {
+				case <-hc.done: // it stopped on an error: start another
+					delete(w.hot, s)
+				default:
+					continue
+				}
+			}
+			if w.sectors[s] != nil {
+				continue
+			}
+			hctx, cancel := context.WithCancel(ctx)
+			hc := &hotCopy{cancel: cancel, done: make(chan struct{})}
+			w.hot[s] = hc
+			go w.runHot(hctx, s, hc)
+		}
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			w.mu.Lock()
+			hot := w.hot
+			w.hot = map[uint32]*hotCopy{}
+			w.mu.Unlock()
+			for _, hc := range hot {
+				stopHot(hc)
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// runHot runs a hot copy of sector s: restored from the shared store, it
+// follows the log and writes nothing anywhere.
+func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
+	defer close(hc.done)
+	defer hc.cancel()
+	res, err := replay.RestoreShard(ctx, w.cfg.Snapshots, nil, s, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(s) })
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("hot copy: restore", "sector", s, "err", err)
+			sleep(ctx, time.Second)
+		}
+		return
+	}
+	r, err := replay.NewRunner(replay.RunnerConfig{World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1),
+		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger,
+		Observer: func(info replay.TickInfo) {
+			f := SectorFrame{World: w.cfg.World, Sector: s, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash}
+			if w.cfg.FramePart != nil {
+				f.Payload = w.cfg.FramePart(s, info.Sim)
+			}
+			if len(hc.recent) == hotFrames {
+				hc.recent = append(hc.recent[:0], hc.recent[1:]...)
+			}
+			hc.recent = append(hc.recent, f)
+		}})
+	if err != nil {
+		w.log.Warn("hot copy", "sector", s, "err", err)
+		return
+	}
+	hc.runner.Store(r)
+	if err := r.Run(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, replay.ErrKilled) {
+		w.log.Warn("hot copy stopped", "sector", s, "err", err)
+		sleep(ctx, time.Second)
+	}
+}
+
+// lose stops a sector at once (OnLose): its runner is killed (queued
+// outputs and snapshots dropped: the next owner produces them again).
+func (w *Worker) lose(l Lease, cause error) {
+	w.mu.Lock()
+	sr := w.sectors[l.Sector]
+	if sr != nil && sr.lease.Epoch == l.Epoch {
+		delete(w.sectors, l.Sector)
+	} else {
+		sr = nil
+	}
+	w.mu.Unlock()
+	if sr == nil {
+		return
+	}
+	sr.stopped.Store(true)
+	sr.cancel()
+	if r := sr.runner.Load(); r != nil {
+		r.Kill()
+	}
+	select {
+	case <-sr.done:
+	case <-time.After(2 * time.Second):
+		w.log.Error("sector runner did not stop within 2s; it can no longer publish or snapshot", "sector", l.Sector)
+	}
+	w.log.Info("stopped sector", "sector", l.Sector, "epoch", l.Epoch, "cause", cause)
+}
+
+// runSector runs a claimed sector until ctx ends or a newer claim fences
+// it out.
+func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Time, hot *hotState) {
+	defer close(sr.done)
+	s, epoch := sr.lease.Sector, sr.lease.Epoch
+	log := w.log.With("sector", s, "epoch", epoch)
+	// The claim goes into the log first: from its position on, every
+	// runner ignores the outputs of older epochs, and this one learns
+	// there how many of the sector's outputs are validly in the log.
+	claim := replay.LeaseClaimRecord(s, epoch)
+	// The restore reads only the shared store: it runs while the claim is
+	// appended.
+	type restored struct {
+		res replay.Restored
+		err error
+	}
+	var prefetch chan restored
+	var pwg sync.WaitGroup
+	defer pwg.Wait()
+	if hot == nil {
+		prefetch = make(chan restored, 1)
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			res, err := w.restore(ctx, s, w.sectorStore(s, epoch))
+			prefetch <- restored{res, err}
+		}()
+	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := w.cfg.Log.Append(actx, claim)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("append the lease claim; retrying", "err", err)
+		if !sleep(ctx, 50*time.Millisecond) {
+			return
+		}
+	}
+	var tail uint64
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		t, err := w.cfg.Log.CheckTail(tctx)
+		cancel()
+		if err == nil {
+			tail = t
+			break
+		}
+		if ctx.Err() != nil || !sleep(ctx, 50*time.Millisecond) {
+			return
+		}
+	}
+	rep := TakeoverReport{World: w.cfg.World, Sector: s, Epoch: epoch, Worker: w.cfg.Leases.Worker(), Acquired: acquired.UnixNano(),
+		Claimed: time.Now().UnixNano()}
+	var first *replay.Restored
+	var recent []SectorFrame
+	standby := hot != nil
+	if hot != nil {
+		first, recent = &replay.Restored{Sim: hot.sim, Start: hot.cp}, hot.recent
+	} else if r := <-prefetch; r.err == nil {
+		first = &r.res
+	} else if ctx.Err() == nil {
+		log.Warn("restore; retrying", "err", r.err)
+	}
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := w.runOnce(ctx, sr, &rep, tail, first, standby, recent)
+		first, recent = nil, nil
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, replay.ErrFenced):
+			log.Warn("fenced out by a newer lease claim: stopping the sector", "err", err)
+			return
+		case standby && errors.Is(err, replay.ErrSnapshotAheadOfFence):
+			// The hot copy had stepped ticks whose outputs the previous
+			// owner never got into the log before the claim: restore.
+			log.Info("hot copy ahead of the previous owner's outputs: restoring from the shared store instead")
+			standby, rep.Restored, rep.Standby = false, 0, false
+			continue
+		}
+		standby = false
+		log.Warn("sector runner stopped; restoring it again", "err", err)
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// sectorStore is the shared snapshot store as the owner of sector at
+// epoch writes it.
+func (w *Worker) sectorStore(sector uint32, epoch uint64) fencedStore {
+	return fencedStore{Store: w.cfg.Snapshots, valid: func() bool { return w.keeper.Valid(sector, epoch) }}
+}
+
+// restore restores sector from the shared store and drops the snapshots
+// newer than the one restored: they were not usable (a previous owner
+// died writing them), and no chain may mix owners.
+func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) (replay.Restored, error) {
+	res, err := replay.RestoreShard(ctx, store, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
+	if err != nil {
+		return replay.Restored{}, err
+	}
+	if err := store.DeleteRange(ctx, sector, res.Start.Tick+1, math.MaxUint64); err != nil {
+		return replay.Restored{}, fmt.Errorf("natsworld: sector %d: drop unusable snapshots: %w", sector, err)
+	}
+	return res, nil
+}
+
+// runOnce restores the sector from the shared store and runs its runner
+// until it stops.
+func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport, tail uint64, start *replay.Restored, standby bool, recent []SectorFrame) error {
+	s, epoch := sr.lease.Sector, sr.lease.Epoch
+	valid := func() bool { return w.keeper.Valid(s, epoch) }
+	store := w.sectorStore(s, epoch)
+	var res replay.Restored
+	if start != nil {
+		// Restored meanwhile, or a hot copy's state (whose first snapshot
+		// will then be a full one).
+		res = *start
+	} else {
+		var err error
+		if res, err = w.restore(ctx, s, store); err != nil {
+			return err
+		}
+	}
+	rep.Standby = standby
+	if rep.Restored == 0 {
+		rep.Restored, rep.SnapshotTick = time.Now().UnixNano(), res.Start.Tick
+	}
+	snaps := &replay.SnapshotConfig{Store: store, Policy: w.cfg.Policy, Tip: res.Tip, KeepChains: w.cfg.KeepChains}
+	if res.Tip != nil {
+		snaps.Restore = &res.Load
+	}
+	subject := SectorSubject(w.cfg.World, s)
+	var buf []byte
+	r, err := replay.NewRunner(replay.RunnerConfig{
+		World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1), Start: res.Start,
+		Epoch: epoch, Appender: w.cfg.Log, CommandKind: w.cfg.Game.CommandKind, HistoryTicks: 64, Snapshots: snaps,
+		Logger: w.cfg.Logger,
+		Observer: func(info replay.TickInfo) {
+			if !valid() {
+				return // paused past the lease: publish nothing
+			}
+			f := SectorFrame{World: w.cfg.World, Sector: s, Epoch: epoch, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash,
+				Published: time.Now().UnixNano()}
+			if w.cfg.FramePart != nil {
+				f.Payload = w.cfg.FramePart(s, info.Sim)
+			}
+			buf = AppendSectorFrame(buf[:0], f)
+			if err := w.cfg.Publisher.Publish(subject, buf); err != nil {
+				w.log.Debug("publish frame", "sector", s, "tick", info.Tick, "err", err)
+			}
+			if rep.Live == 0 && info.Pos > tail {
+				rep.Live, rep.LiveTick = time.Now().UnixNano(), info.Tick
+				rep.Replayed = info.Tick - min(info.Tick, rep.SnapshotTick)
+				w.report(*rep)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	sr.runner.Store(r)
+	if sr.stopped.Load() {
+		r.Kill()
+	}
+	// A hot copy's last frames, now under this lease.
+	for _, f := range recent {
+		if !valid() {
+			break
+		}
+		f.Epoch, f.Published = epoch, time.Now().UnixNano()
+		buf = AppendSectorFrame(buf[:0], f)
+		_ = w.cfg.Publisher.Publish(subject, buf)
+	}
+	err = r.Run(ctx)
+	if errors.Is(err, replay.ErrSnapshotAheadOfFence) && res.Tip != nil {
+		// The snapshot counts outputs this claim fenced out: restore from
+		// an older one next time.
+		if derr := store.DeleteRange(ctx, s, res.Tip.Tick, math.MaxUint64); derr != nil {
+			return errors.Join(err, derr)
+		}
+	}
+	return err
+}
+
+// report publishes and logs a takeover.
+func (w *Worker) report(r TakeoverReport) {
+	ms := func(a, b int64) float64 { return float64((b-a)/1000) / 1000 }
+	w.log.Info("sector live", "sector", r.Sector, "epoch", r.Epoch, "restore_ms", ms(r.Acquired, r.Restored),
+		"replay_ms", ms(r.Restored, r.Live), "from_tick", r.SnapshotTick, "live_tick", r.LiveTick, "replayed", r.Replayed)
+	if b, err := json.Marshal(r); err == nil {
+		_ = w.cfg.Publisher.Publish(TakeoverSubject(w.cfg.World), b)
+	}
+	if w.cfg.OnTakeover != nil {
+		w.cfg.OnTakeover(r)
+	}
+}
+
+// runTicker holds the world's Ticker lease when it can and runs the
+// Ticker while it holds it.
+func (w *Worker) runTicker(ctx context.Context) {
+	l := w.cfg.Leases
+	ttl := l.TTL()
+	t := time.NewTicker(ttl / 4)
+	defer t.Stop()
+	var (
+		held    *Lease
+		renewed time.Time
+		cur     struct {
+			cancel context.CancelFunc
+			done   chan struct{}
+		}
+	)
+	stop := func(why string, err error) {
+		cur.cancel()
+		<-cur.done
+		w.log.Warn("stopped the ticker", "why", why, "err", err)
+		held = nil
+	}
+	for {
+		octx, cancel := context.WithTimeout(ctx, ttl/2)
+		sent := time.Now() // the lease runs from after this (see Keeper.Round)
+		if held != nil {
+			err := l.Renew(octx, held)
+			now := time.Now()
+			switch {
+			case err == nil:
+				renewed = sent
+			case errors.Is(err, ErrLost):
+				stop("lease lost", err)
+			case now.Sub(renewed) >= ttl*3/4:
+				stop("cannot renew the lease", err)
+			}
+		} else if lease, err := l.Claim(octx, TickerLease); err == nil {
+			held, renewed = &lease, sent
+			// The Ticker finds the last marker in the log and goes on from
+			// there; a stale ticker's markers carry the same ids, so the
+			// log stores each tick once.
+			tk, _ := replay.NewTicker(replay.TickerConfig{World: w.cfg.World, Log: w.cfg.Log, Rate: w.cfg.Game.TickRate})
+			var tctx context.Context
+			tctx, cur.cancel = context.WithCancel(ctx)
+			done := make(chan struct{})
+			cur.done = done
+			go func() {
+				defer close(done)
+				if err := tk.Run(tctx); err != nil && tctx.Err() == nil {
+					w.log.Error("ticker stopped", "err", err)
+				}
+			}()
+			w.log.Info("holding the ticker lease: ticking", "epoch", lease.Epoch)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			if held != nil {
+				cur.cancel()
+				<-cur.done
+				rctx, rcancel := context.WithTimeout(context.Background(), ttl)
+				_ = l.Release(rctx, *held)
+				rcancel()
+			}
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// fencedStore is the shared snapshot store as a sector's owner sees it:
+// writes and deletions only while its lease is valid.
+type fencedStore struct {
+	snapshot.Store
+	valid func() bool
+}
+
+// errNotOwner refuses a write of a sector whose lease is not valid.
+var errNotOwner = errors.New("natsworld: snapshot write refused: the sector's lease is not valid")
+
+// Put implements snapshot.Store.
+func (s fencedStore) Put(ctx context.Context, meta snapshot.Meta, b []byte) error {
+	if !s.valid() {
+		return errNotOwner
+	}
+	return s.Store.Put(ctx, meta, b)
+}
+
+// DeleteRange implements snapshot.Store.
+func (s fencedStore) DeleteRange(ctx context.Context, shard uint32, from, to uint64) error {
+	if !s.valid() {
+		return errNotOwner
+	}
+	return s.Store.DeleteRange(ctx, shard, from, to)
+}
+
+// Close implements snapshot.Store: the shared store outlives a sector.
+func (s fencedStore) Close() error { return nil }
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}

@@ -1,0 +1,264 @@
+package natsworld
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/anoptic/broadside/cmdlog"
+	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
+	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/node"
+	"github.com/anoptic/broadside/cmdlog/shard"
+	"github.com/anoptic/broadside/cmdlog/shardstore"
+	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/netcode/wire"
+	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/snapshot"
+)
+
+// framePublisher records the frames and takeover reports of every worker
+// of a test.
+type framePublisher struct {
+	mu        sync.Mutex
+	frames    []SectorFrame
+	takeovers []TakeoverReport
+	latest    map[uint32]uint64
+}
+
+func (p *framePublisher) Publish(subject string, data []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f, err := DecodeSectorFrame(data); err == nil {
+		f.Payload = nil
+		p.frames = append(p.frames, f)
+		p.latest[f.Sector] = max(p.latest[f.Sector], f.Tick)
+		return nil
+	}
+	r, err := DecodeTakeoverReport(data)
+	if err != nil {
+		return err
+	}
+	p.takeovers = append(p.takeovers, r)
+	return nil
+}
+
+func (p *framePublisher) minTick(sectors int) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var m uint64
+	for s := range uint32(sectors) {
+		if s == 0 || p.latest[s] < m {
+			m = p.latest[s]
+		}
+	}
+	return m
+}
+
+// TestWorkersRebalanceAndTakeOver runs a world's 4 sectors on sector
+// workers in one process (an embedded NATS, an in-process log): one
+// worker alone (holding the Ticker lease too), a second joining (the
+// sectors rebalance: handed over, restored from the shared snapshot store
+// and the log; the second keeps hot copies of the others), then the first losing its NATS connection as a crash
+// would (its leases lapse; the second takes everything over). Every frame
+// either published must equal an uninterrupted re-simulation of the log,
+// and every sector must reach the end.
+func TestWorkersRebalanceAndTakeOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a world for seconds")
+	}
+	e, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: t.TempDir(), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	lc, err := cmdlog.StartLocal(context.Background(), cmdlog.LocalConfig{
+		Coordinator: coord.NewMemory(), Network: node.NewLocalNet(),
+		NewStorage: func(msg.NodeID) (shard.Storage, error) { return shardstore.NewMemory(), nil },
+		Timing:     node.Timing{Tick: 2 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	game, err := broadside.NewGame(broadside.Config{Seed: 3, Width: 4000, Height: 4000, SectorsX: 2, SectorsY: 2, Islands: 6}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pub := &framePublisher{latest: map[uint32]uint64{}}
+	type running struct {
+		cancel context.CancelFunc
+		done   chan error
+		nc     interface{ Close() }
+		log    *cmdlog.Client
+	}
+	start := func(id string, standby bool) running {
+		nc, err := e.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases, err := OpenLeases(ctx, js, LeasesConfig{World: 1, Worker: id, TTL: testTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps, err := OpenSnapshotStore(ctx, js, SnapshotStoreConfig{World: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logc := lc.NewClient(cmdlog.ClientConfig{})
+		w, err := NewWorker(WorkerConfig{World: 1, Game: game, Log: logc, Leases: leases, Snapshots: snaps, Publisher: pub,
+			Ticker: true, Standby: standby, Logger: quiet(), Policy: snapshot.Policy{MinInterval: 5}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		r := running{cancel: wcancel, done: make(chan error, 1), nc: nc, log: logc}
+		go func() { r.done <- w.Run(wctx) }()
+		return r
+	}
+	stop := func(r running) {
+		r.cancel()
+		if err := <-r.done; !errors.Is(err, context.Canceled) {
+			t.Errorf("worker: %v", err)
+		}
+		r.nc.Close()
+		r.log.Close()
+	}
+	waitTicks := func(n uint64, what string) {
+		t.Helper()
+		target := pub.minTick(game.Shards) + n
+		for pub.minTick(game.Shards) < target {
+			if ctx.Err() != nil {
+				pub.mu.Lock()
+				at := fmt.Sprint(pub.latest)
+				pub.mu.Unlock()
+				t.Fatalf("after %s: sectors at %s, waiting for tick %d", what, at, target)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Player commands, so that ships move (and migrate).
+	cmds := lc.NewClient(cmdlog.ClientConfig{})
+	defer cmds.Close()
+	for p := uint32(1); p <= 8; p++ {
+		for seq, c := range []broadside.PlayerCommand{broadside.Join(), broadside.Throttle(100), broadside.Rudder(int8(p) * 5)} {
+			rec, err := broadside.CommandRecord(p, uint64(seq+1), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmds.Append(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	w1 := start("w1", false)
+	waitTicks(30, "w1 alone")
+	w2 := start("w2", true)
+	waitTicks(60, "w2 joined")
+	pub.mu.Lock()
+	handedOver := 0
+	for _, r := range pub.takeovers {
+		if r.Worker == "w2" {
+			handedOver++
+		}
+	}
+	pub.mu.Unlock()
+	if handedOver == 0 {
+		t.Fatal("no sector was handed over to the worker that joined")
+	}
+	// w1 dies: its NATS connection goes (no renewal, no release), then its
+	// goroutines stop.
+	w1.nc.Close()
+	crashed := time.Now()
+	waitTicks(60, "w1 crash")
+	stop(w1)
+	pub.mu.Lock()
+	var tookOver []TakeoverReport
+	for _, r := range pub.takeovers {
+		if r.Worker == "w2" && r.Acquired > crashed.UnixNano() {
+			tookOver = append(tookOver, r)
+		}
+	}
+	pub.mu.Unlock()
+	if len(tookOver) != game.Shards-handedOver {
+		t.Fatalf("w2 took over %d sectors after w1's crash, want %d (it held %d)", len(tookOver), game.Shards-handedOver, handedOver)
+	}
+	for _, r := range tookOver {
+		t.Logf("sector %d taken over %v after the crash (standby %v, restore %v, replay %v, ticks %d to %d)", r.Sector,
+			time.Duration(r.Live-crashed.UnixNano()).Round(time.Millisecond), r.Standby, time.Duration(r.Restored-r.Acquired).Round(time.Millisecond),
+			time.Duration(r.Live-r.Restored).Round(time.Millisecond), r.SnapshotTick, r.LiveTick)
+	}
+	stop(w2)
+
+	// The uninterrupted re-simulation.
+	reader := lc.NewClient(cmdlog.ClientConfig{})
+	defer reader.Close()
+	tail, err := reader.CheckTail(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []msg.Entry
+	for from := uint64(1); from <= tail; {
+		es, err := reader.Read(ctx, from, int(tail-from+1))
+		if err != nil || len(es) == 0 {
+			t.Fatalf("read %d: %v", from, err)
+		}
+		for _, e := range es {
+			if e.Pos <= tail {
+				entries = append(entries, e)
+			}
+		}
+		from = es[len(es)-1].Pos + 1
+	}
+	want := map[[2]uint64]uint64{}
+	migrations := 0
+	for _, e := range entries {
+		if env, err := wire.DecodeEnvelope(e.Record.Data); err == nil && env.Kind == wire.EnvelopeMigration {
+			migrations++
+		}
+	}
+	for s := range uint32(game.Shards) {
+		sim, err := game.NewSim(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := replay.NewRunner(replay.RunnerConfig{World: 1, Shard: s, Sim: sim, Source: replay.NewSliceSource(entries, 1), Logger: quiet(),
+			Observer: func(info replay.TickInfo) { want[[2]uint64{uint64(s), info.Tick}] = info.Hash }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	checked := 0
+	for _, f := range pub.frames {
+		h, ok := want[[2]uint64{uint64(f.Sector), f.Tick}]
+		if !ok {
+			continue
+		}
+		checked++
+		if h != f.Hash {
+			t.Fatalf("sector %d tick %d epoch %d: published %#x, re-simulation %#x", f.Sector, f.Tick, f.Epoch, f.Hash, h)
+		}
+	}
+	if checked < 4*150 {
+		t.Fatalf("only %d frames checked", checked)
+	}
+	t.Logf("%d frames equal the re-simulation of %d positions (%d migration records)", checked, tail, migrations)
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/netcode/wire"
 )
 
 // ErrEndOfLog is returned by a Source that has no more entries and never
@@ -64,6 +66,77 @@ func (s *SliceSource) Next(ctx context.Context) (msg.Entry, error) {
 	e := s.entries[s.next]
 	s.next++
 	return e, nil
+}
+
+// VerifiedSource is a Source that checks the envelopes of the entries it
+// delivers itself (wire.VerifyEnvelope), once for every runner reading the
+// same entries: LastVerified reports that the entry Next returned last
+// passed, and a Runner then decodes it without verifying it again. (Every
+// shard of a world reads every entry: on a recording's replay the
+// verifier ran once per shard.)
+type VerifiedSource interface {
+	Source
+	LastVerified() bool
+}
+
+// VerifiedEntries is a recorded slice of entries (in position order)
+// shared by the runners of a world's shards: each envelope is verified
+// once, by the first runner to read it, whatever the number of shards.
+type VerifiedEntries struct {
+	entries []msg.Entry
+	state   []atomic.Uint32 // 0: not checked yet, 1: valid, 2: malformed
+}
+
+// NewVerifiedEntries returns the entries' shared verification state.
+func NewVerifiedEntries(entries []msg.Entry) *VerifiedEntries {
+	return &VerifiedEntries{entries: entries, state: make([]atomic.Uint32, len(entries))}
+}
+
+// Source returns a VerifiedSource delivering the entries with a position
+// of at least from, then ErrEndOfLog.
+func (v *VerifiedEntries) Source(from uint64) VerifiedSource {
+	s := &verifiedSlice{v: v}
+	for s.next < len(v.entries) && v.entries[s.next].Pos < from {
+		s.next++
+	}
+	return s
+}
+
+type verifiedSlice struct {
+	v    *VerifiedEntries
+	next int
+	last bool
+}
+
+func (s *verifiedSlice) Next(ctx context.Context) (msg.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return msg.Entry{}, err
+	}
+	if s.next >= len(s.v.entries) {
+		return msg.Entry{}, ErrEndOfLog
+	}
+	e := s.v.entries[s.next]
+	st := &s.v.state[s.next]
+	s.next++
+	v := st.Load()
+	if v == 0 {
+		v = 2
+		if EnvelopeValid(e.Record.Data) {
+			v = 1
+		}
+		st.Store(v)
+	}
+	s.last = v == 1
+	return e, nil
+}
+
+func (s *verifiedSlice) LastVerified() bool { return s.last }
+
+// EnvelopeValid reports whether b is a log record a Runner can decode
+// without verifying it: within the size bound and passing
+// wire.VerifyEnvelope.
+func EnvelopeValid(b []byte) bool {
+	return len(b) <= wire.MaxEnvelopeSize && wire.VerifyEnvelope(b) == nil
 }
 
 // Engine-reserved deduplication client ids. cmdlog picks random client ids

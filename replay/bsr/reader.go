@@ -60,9 +60,10 @@ type Reader struct {
 	cmds    []chunkRef   // the contiguous run of Commands chunks from the base
 	snaps   [][]chunkRef // per shard, by tick (one per tick, the last written)
 	lineage []chunkRef
-	base    uint64 // tick of the state the recording starts from
-	basePos uint64 // position of its marker (0 for the start of the world)
-	last    uint64 // last tick with commands and hashes
+	fields  []chunkRef // KindFields, by first tick
+	base    uint64     // tick of the state the recording starts from
+	basePos uint64     // position of its marker (0 for the start of the world)
+	last    uint64     // last tick with commands and hashes
 
 	cacheMu     sync.Mutex
 	cache       map[int64]*list.Element
@@ -264,8 +265,11 @@ func (r *Reader) organize() {
 			r.snaps[c.Shard] = append(r.snaps[c.Shard], c)
 		case KindLineage:
 			r.lineage = append(r.lineage, c)
+		case KindFields:
+			r.fields = append(r.fields, c)
 		}
 	}
+	sort.SliceStable(r.fields, func(i, j int) bool { return r.fields[i].First < r.fields[j].First })
 	var notes []string
 	r.cmds, cmds = contiguous(cmds)
 	r.ticks, ticks = contiguous(ticks)
@@ -495,14 +499,37 @@ func (r *Reader) ticksChunk(c *chunkRef) (*ticksChunk, error) {
 }
 
 func (r *Reader) commandsChunk(c *chunkRef) ([]msg.Entry, error) {
+	cc, err := r.commandsChunkVerified(c)
+	if err != nil {
+		return nil, err
+	}
+	return cc.entries, nil
+}
+
+// cmdChunk is a decoded commands chunk: its entries and whether each
+// envelope passed the verifier (checked once, when decoded, for every
+// shard replaying it).
+type cmdChunk struct {
+	entries []msg.Entry
+	valid   []bool
+}
+
+func (r *Reader) commandsChunkVerified(c *chunkRef) (*cmdChunk, error) {
 	v, err := r.cachedDecode(c, func(raw []byte) (any, int, error) {
 		es, err := decodeEntries(raw, c)
-		return es, entriesDecodedSize(len(es), len(raw)), err
+		if err != nil {
+			return nil, 0, err
+		}
+		cc := &cmdChunk{entries: es, valid: make([]bool, len(es))}
+		for i := range es {
+			cc.valid[i] = replay.EnvelopeValid(es[i].Record.Data)
+		}
+		return cc, entriesDecodedSize(len(es), len(raw)) + len(es), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.([]msg.Entry), nil
+	return v.(*cmdChunk), nil
 }
 
 // findRange returns the index in refs (a contiguous run) of the chunk
@@ -665,10 +692,16 @@ type entrySource struct {
 	refs    []chunkRef
 	ci      int // next chunk to load
 	entries []msg.Entry
+	valid   []bool
 	ei      int
 	from    uint64
 	to      uint64
+	last    bool // the last entry returned passed the verifier
 }
+
+// LastVerified implements replay.VerifiedSource: the entry Next returned
+// last was verified when its chunk was decoded.
+func (s *entrySource) LastVerified() bool { return s.last }
 
 // newEntrySource returns a source of r's entries in (from, to].
 func (r *Reader) newEntrySource(from, to uint64) *entrySource {
@@ -688,6 +721,7 @@ func (s *entrySource) Next(ctx context.Context) (msg.Entry, error) {
 			if e.Pos > s.to {
 				return msg.Entry{}, replay.ErrEndOfLog
 			}
+			s.last = s.valid[s.ei]
 			s.ei++
 			return e, nil
 		}
@@ -702,11 +736,12 @@ func (s *entrySource) Next(ctx context.Context) (msg.Entry, error) {
 		if c.Aux2 <= s.from {
 			continue
 		}
-		entries, err := s.r.commandsChunk(c)
+		cc, err := s.r.commandsChunkVerified(c)
 		if err != nil {
 			return msg.Entry{}, err
 		}
-		s.entries, s.ei = entries, 0
+		entries := cc.entries
+		s.entries, s.valid, s.ei = entries, cc.valid, 0
 		if s.from > c.Aux1 {
 			s.ei = sort.Search(len(entries), func(i int) bool { return entries[i].Pos > s.from })
 		}

@@ -55,6 +55,12 @@ type VerifyResult struct {
 	// WantBytes and GotBytes are up to 8 bytes of the record from Offset,
 	// recorded and re-simulated.
 	WantBytes, GotBytes []byte
+	// Exact is true when the difference was located at FirstTick itself
+	// (DiffTick == FirstTick) from the recording's field sums, rather
+	// than at the next snapshot; Differences then lists every difference
+	// located there (the first is the one in Table, Slot and Offset).
+	Exact       bool
+	Differences []FieldDifference
 	// Detail explains the outcome in a sentence or two.
 	Detail string
 	Took   time.Duration
@@ -77,6 +83,10 @@ func Verify(ctx context.Context, r *Reader, newSim func(shard uint32) (replay.Ta
 		return res, errors.New("bsr: verify: newSim is required")
 	}
 	shards := int(r.h.Shards)
+	layout, err := r.FieldLayout()
+	if err != nil {
+		return res, err
+	}
 	at := make([]atomic.Uint64, shards)
 	outs := make([]shardVerify, shards)
 	errs := make([]error, shards+1)
@@ -95,7 +105,7 @@ func Verify(ctx context.Context, r *Reader, newSim func(shard uint32) (replay.Ta
 				return
 			}
 			defer func() { <-sem }()
-			outs[s], errs[s] = verifyShard(ctx, r, newSim, uint32(s), &at[s])
+			outs[s], errs[s] = verifyShard(ctx, r, newSim, layout, uint32(s), &at[s])
 			if errs[s] != nil {
 				cancel()
 			}
@@ -174,7 +184,7 @@ type shardVerify struct {
 // verifyShard re-simulates one shard from the base to the end, segment by
 // segment between its snapshots, and stops at the first snapshot at or
 // after a divergence to compare the states.
-func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.TableSim, error), shard uint32, at *atomic.Uint64) (shardVerify, error) {
+func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.TableSim, error), layout table.Layout, shard uint32, at *atomic.Uint64) (shardVerify, error) {
 	var out shardVerify
 	sim, err := newSim(shard)
 	if err != nil {
@@ -200,6 +210,7 @@ func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tab
 	var want []uint64
 	var segStart uint64
 	var div *VerifyResult
+	var locErr error
 	src := r.newEntrySource(r.basePos, r.basePos)
 	run, err := replay.NewRunner(replay.RunnerConfig{
 		World: r.h.World, Shard: shard, Sim: sim, Source: src,
@@ -212,6 +223,9 @@ func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tab
 			}
 			if w := want[i]; w != info.Hash {
 				div = &VerifyResult{FirstTick: info.Tick, Shard: shard, Want: w, Got: info.Hash}
+				// The sim is at the diverging tick now: locate the
+				// difference there if the recording has field sums.
+				_, locErr = locateExact(r, sim, layout, div)
 			}
 		},
 	})
@@ -248,11 +262,16 @@ func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tab
 		out.ticks = end - r.base
 		at.Store(end)
 		segStart = end
+		if locErr != nil {
+			return out, locErr
+		}
 		if div != nil {
 			out.diverged = true
 			div.OK = false
-			if err := describeDivergence(r, newSim, sim, end, div); err != nil {
-				return out, err
+			if !div.Exact {
+				if err := describeDivergence(r, newSim, sim, end, div); err != nil {
+					return out, err
+				}
 			}
 			out.res = *div
 			return out, nil
@@ -404,6 +423,8 @@ func checkChunks(ctx context.Context, r *Reader) (int, error) {
 			_, err = decodeTreeBase(raw, c)
 		case KindCheckpoint:
 			_, err = openCheckpoint(raw, c, nil)
+		case KindFields:
+			_, err = decodeFields(raw, c, int(r.h.Shards))
 		}
 		if err != nil {
 			return n, err

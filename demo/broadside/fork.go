@@ -114,7 +114,11 @@ func WriteDiff(w io.Writer, res bsr.DiffResult, limit int) {
 			break
 		}
 		fmt.Fprintf(w, "  %-16s sector %d from tick %d: %s\n", e.Entity, e.Shard, e.FirstTick, strings.Join(e.Fields, ", "))
-		for _, c := range e.Causes {
+		for k, c := range e.Causes {
+			if k == 2 && len(e.Causes) > 3 {
+				fmt.Fprintf(w, "      ... and %d more commands\n", len(e.Causes)-2)
+				break
+			}
 			fmt.Fprintf(w, "      only in %s: position %d, player %d %s, input of tick %d\n", c.In, c.Pos, c.Player, c.Kind, c.Tick)
 		}
 	}

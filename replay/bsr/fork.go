@@ -192,7 +192,11 @@ type Bot func(tick uint64, sims []replay.TableSim) [][]byte
 // (the k-th output of a shard's tick takes the position of the recorded
 // k-th; outputs the original did not have go before the next tick
 // marker). With nothing removed the fork reproduces the original exactly.
-// Positions are renumbered from the snapshot's: the fork's log is its own.
+// The fork keeps the original's log positions (an output takes the
+// position of the recorded one it replaces) until an entry must be
+// inserted where the original has no free position (a bot's command, an
+// output the original lacks): the entries after it are then shifted. Game
+// fields that hold positions thus differ only where the logs do.
 func Fork(ctx context.Context, cfg ForkConfig) (RecordStats, ForkInfo, error) {
 	r := cfg.Reader
 	if r == nil || cfg.Writer == nil || cfg.NewSim == nil {
@@ -341,6 +345,7 @@ type forkSource struct {
 	at      uint64
 	next    uint64 // the tick the next recorded entry is an input of
 	pos     uint64 // the fork's last position
+	shift   uint64 // fork position - original position of the recorded entries
 	players []uint32
 	drop    []uint64
 	bots    []uint32
@@ -457,8 +462,9 @@ func (f *forkSource) produced(info replay.TickInfo) {
 	}
 }
 
-// emitOutput queues the fork's next output of k.
-func (f *forkSource) emitOutput(k outKey) bool {
+// emitOutput queues the fork's next output of k, at the original
+// position pos (0: inserted).
+func (f *forkSource) emitOutput(k outKey, pos uint64) bool {
 	q := f.outs[k]
 	if len(q) == 0 {
 		return false
@@ -467,7 +473,7 @@ func (f *forkSource) emitOutput(k outKey) bool {
 	f.seq[o.shard]++
 	data := wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeMigration, Tick: k.tick, Shard: replay.BroadcastShard,
 		ClientSeq: f.seq[o.shard], Payload: o.payload})
-	f.queue = append(f.queue, msg.Entry{Record: msg.Record{ID: msg.RecordID{Client: replay.OutputClientID(f.world, o.shard), Seq: f.seq[o.shard]}, Data: data}})
+	f.queue = append(f.queue, msg.Entry{Pos: pos, Record: msg.Record{ID: msg.RecordID{Client: replay.OutputClientID(f.world, o.shard), Seq: f.seq[o.shard]}, Data: data}})
 	if f.outs[k] = q[1:]; len(f.outs[k]) == 0 {
 		delete(f.outs, k)
 	}
@@ -494,7 +500,7 @@ func (f *forkSource) Next(ctx context.Context) (msg.Entry, error) {
 			// Before the marker: the outputs the original had no place
 			// for, then the bots' commands for this tick.
 			for _, k := range f.loose {
-				for f.emitOutput(k) {
+				for f.emitOutput(k, 0) {
 				}
 			}
 			f.loose = f.loose[:0]
@@ -516,9 +522,9 @@ func (f *forkSource) Next(ctx context.Context) (msg.Entry, error) {
 			// The recorded k-th output of a shard's tick: the fork's k-th
 			// takes its place (and after the last, the fork's extra).
 			f.slot[k]++
-			f.emitOutput(k)
+			f.emitOutput(k, e.Pos)
 			if f.slot[k] == f.recorded[k] {
-				for f.emitOutput(k) {
+				for f.emitOutput(k, 0) {
 				}
 			}
 			if len(f.queue) == 0 {
@@ -534,8 +540,16 @@ func (f *forkSource) Next(ctx context.Context) (msg.Entry, error) {
 	}
 	e := f.queue[0]
 	f.queue = f.queue[1:]
-	f.pos++
-	e.Pos = f.pos
+	if e.Pos == 0 {
+		e.Pos = f.pos + 1 // inserted
+	} else {
+		e.Pos += f.shift
+		if e.Pos <= f.pos {
+			f.shift += f.pos + 1 - e.Pos
+			e.Pos = f.pos + 1
+		}
+	}
+	f.pos = e.Pos
 	return e, nil
 }
 

@@ -217,6 +217,8 @@ type RunnerStats struct {
 // checkpoint and run to a different end.
 type Runner struct {
 	cfg     RunnerConfig
+	vsrc    VerifiedSource // cfg.Source, if it verifies entries itself
+	dsrc    DecodedSource  // cfg.Source, if it decodes them too
 	sim     Sim
 	set     *table.Set
 	rec     lineage.Recorder
@@ -288,6 +290,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cp:     cfg.Start,
 		pos:    cfg.Start.Pos,
 		outs:   newOutputQueue(OutputClientID(cfg.World, cfg.Shard), cfg.Start.Tick, cfg.Clock),
+		vsrc:   asVerified(cfg.Source),
+		dsrc:   asDecoded(cfg.Source),
 		fences: fenceTableOf(cfg.Start.Fences),
 	}
 	if cfg.Epoch != 0 {
@@ -523,11 +527,9 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 		r.outs.seen.Store(e.Record.ID.Seq) // an unfenced output of this shard
 	}
 	var env wire.Envelope
-	verified := false
-	if vs, ok := r.cfg.Source.(VerifiedSource); ok {
-		verified = vs.LastVerified()
-	}
-	if err := decodeRecordVerified(e.Record.Data, &env, verified); err != nil {
+	if d, ok := r.lastDecoded(); ok {
+		env = d
+	} else if err := decodeRecordVerified(e.Record.Data, &env, r.vsrc != nil && r.vsrc.LastVerified()); err != nil {
 		r.malformed.Add(1)
 		return
 	}
@@ -626,6 +628,23 @@ func (r *Runner) leaseClaim(shard uint32, epoch uint64) {
 // which aliases b (log entries are never modified): it verifies b
 // (wire.VerifyEnvelope, so no accessor can panic) and reads the fields.
 func decodeRecord(b []byte, env *wire.Envelope) error { return decodeRecordVerified(b, env, false) }
+
+func (r *Runner) lastDecoded() (wire.Envelope, bool) {
+	if r.dsrc == nil {
+		return wire.Envelope{}, false
+	}
+	return r.dsrc.LastEnvelope()
+}
+
+func asVerified(s Source) VerifiedSource {
+	v, _ := s.(VerifiedSource)
+	return v
+}
+
+func asDecoded(s Source) DecodedSource {
+	d, _ := s.(DecodedSource)
+	return d
+}
 
 // decodeRecordVerified is decodeRecord, skipping the verifier when the
 // source already verified b (VerifiedSource).

@@ -79,17 +79,37 @@ type VerifiedSource interface {
 	LastVerified() bool
 }
 
+// DecodedSource is a Source that decodes the envelopes of the entries it
+// delivers once for every runner reading them: LastEnvelope returns the
+// entry Next returned last, decoded as a Runner decodes it (ok false if it
+// was not, or is malformed: the Runner then decodes it itself).
+type DecodedSource interface {
+	Source
+	LastEnvelope() (wire.Envelope, bool)
+}
+
+// DecodeEnvelope decodes a log record as a Runner does (the payload
+// aliases b), verifying it first.
+func DecodeEnvelope(b []byte) (wire.Envelope, error) {
+	var env wire.Envelope
+	err := decodeRecord(b, &env)
+	return env, err
+}
+
 // VerifiedEntries is a recorded slice of entries (in position order)
 // shared by the runners of a world's shards: each envelope is verified
 // once, by the first runner to read it, whatever the number of shards.
 type VerifiedEntries struct {
 	entries []msg.Entry
-	state   []atomic.Uint32 // 0: not checked yet, 1: valid, 2: malformed
+	// state: 0 not checked yet, 1 valid (envs holds it decoded), 2
+	// malformed, 3 being decoded by another runner.
+	state []atomic.Uint32
+	envs  []wire.Envelope
 }
 
 // NewVerifiedEntries returns the entries' shared verification state.
 func NewVerifiedEntries(entries []msg.Entry) *VerifiedEntries {
-	return &VerifiedEntries{entries: entries, state: make([]atomic.Uint32, len(entries))}
+	return &VerifiedEntries{entries: entries, state: make([]atomic.Uint32, len(entries)), envs: make([]wire.Envelope, len(entries))}
 }
 
 // Source returns a VerifiedSource delivering the entries with a position
@@ -106,6 +126,7 @@ type verifiedSlice struct {
 	v    *VerifiedEntries
 	next int
 	last bool
+	env  wire.Envelope // the last entry decoded, if last
 }
 
 func (s *verifiedSlice) Next(ctx context.Context) (msg.Entry, error) {
@@ -115,22 +136,36 @@ func (s *verifiedSlice) Next(ctx context.Context) (msg.Entry, error) {
 	if s.next >= len(s.v.entries) {
 		return msg.Entry{}, ErrEndOfLog
 	}
-	e := s.v.entries[s.next]
-	st := &s.v.state[s.next]
+	i := s.next
+	e := s.v.entries[i]
+	st := &s.v.state[i]
 	s.next++
-	v := st.Load()
-	if v == 0 {
-		v = 2
-		if EnvelopeValid(e.Record.Data) {
-			v = 1
+	switch st.Load() {
+	case 1:
+		s.env, s.last = s.v.envs[i], true
+	case 2:
+		s.last = false
+	default:
+		// Decode it; publish it unless another runner is at it.
+		mine := st.CompareAndSwap(0, 3)
+		var err error
+		s.env, err = DecodeEnvelope(e.Record.Data)
+		s.last = err == nil
+		if mine {
+			if s.last {
+				s.v.envs[i] = s.env
+				st.Store(1)
+			} else {
+				st.Store(2)
+			}
 		}
-		st.Store(v)
 	}
-	s.last = v == 1
 	return e, nil
 }
 
 func (s *verifiedSlice) LastVerified() bool { return s.last }
+
+func (s *verifiedSlice) LastEnvelope() (wire.Envelope, bool) { return s.env, s.last }
 
 // EnvelopeValid reports whether b is a log record a Runner can decode
 // without verifying it: within the size bound and passing

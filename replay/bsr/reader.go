@@ -18,6 +18,7 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
 	"github.com/klauspost/compress/zstd"
 )
@@ -512,6 +513,7 @@ func (r *Reader) commandsChunk(c *chunkRef) ([]msg.Entry, error) {
 type cmdChunk struct {
 	entries []msg.Entry
 	valid   []bool
+	envs    []wire.Envelope // decoded where valid
 }
 
 func (r *Reader) commandsChunkVerified(c *chunkRef) (*cmdChunk, error) {
@@ -520,11 +522,13 @@ func (r *Reader) commandsChunkVerified(c *chunkRef) (*cmdChunk, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		cc := &cmdChunk{entries: es, valid: make([]bool, len(es))}
+		cc := &cmdChunk{entries: es, valid: make([]bool, len(es)), envs: make([]wire.Envelope, len(es))}
 		for i := range es {
-			cc.valid[i] = replay.EnvelopeValid(es[i].Record.Data)
+			var err error
+			cc.envs[i], err = replay.DecodeEnvelope(es[i].Record.Data)
+			cc.valid[i] = err == nil
 		}
-		return cc, entriesDecodedSize(len(es), len(raw)) + len(es), nil
+		return cc, entriesDecodedSize(len(es), len(raw)) + len(es)*(1+envelopeSize), nil
 	})
 	if err != nil {
 		return nil, err
@@ -693,11 +697,19 @@ type entrySource struct {
 	ci      int // next chunk to load
 	entries []msg.Entry
 	valid   []bool
+	envs    []wire.Envelope
 	ei      int
 	from    uint64
 	to      uint64
 	last    bool // the last entry returned passed the verifier
+	env     wire.Envelope
 }
+
+// envelopeSize is what a decoded envelope costs the reader's cache.
+const envelopeSize = 88
+
+// LastEnvelope implements replay.DecodedSource.
+func (s *entrySource) LastEnvelope() (wire.Envelope, bool) { return s.env, s.last }
 
 // LastVerified implements replay.VerifiedSource: the entry Next returned
 // last was verified when its chunk was decoded.
@@ -721,7 +733,7 @@ func (s *entrySource) Next(ctx context.Context) (msg.Entry, error) {
 			if e.Pos > s.to {
 				return msg.Entry{}, replay.ErrEndOfLog
 			}
-			s.last = s.valid[s.ei]
+			s.last, s.env = s.valid[s.ei], s.envs[s.ei]
 			s.ei++
 			return e, nil
 		}
@@ -741,7 +753,7 @@ func (s *entrySource) Next(ctx context.Context) (msg.Entry, error) {
 			return msg.Entry{}, err
 		}
 		entries := cc.entries
-		s.entries, s.valid, s.ei = entries, cc.valid, 0
+		s.entries, s.valid, s.envs, s.ei = entries, cc.valid, cc.envs, 0
 		if s.from > c.Aux1 {
 			s.ei = sort.Search(len(entries), func(i int) bool { return entries[i].Pos > s.from })
 		}

@@ -615,7 +615,7 @@ func printVerify(w io.Writer, r *bsr.Reader, res bsr.VerifyResult) {
 	default:
 		where := fmt.Sprintf("at the snapshot of tick %d", res.DiffTick)
 		if res.Exact {
-			where = fmt.Sprintf("at tick %d itself (located by the recorded field sums)", res.DiffTick)
+			where = fmt.Sprintf("at tick %d itself (located by %s)", res.DiffTick, res.LocatedBy)
 		}
 		fmt.Fprintf(w, "  first difference %s: %s", where, res.Entity)
 		if res.Field != "" {

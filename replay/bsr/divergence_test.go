@@ -158,3 +158,46 @@ func TestFirstDivergenceRecordedValue(t *testing.T) {
 		t.Fatalf("recorded hull %s, re-simulated %s", want, got)
 	}
 }
+
+// TestFirstDivergenceWithoutFieldSums: a recording without field sums,
+// re-simulated by a step that is nondeterministic (it changes a heading
+// at tick T every other time it runs, as a step reading uninitialised
+// memory or the clock would): verify re-simulates twice more, finds the
+// two runs differ, and names T, that ship and the heading.
+func TestFirstDivergenceWithoutFieldSums(t *testing.T) {
+	m := playMatch(t, smallWorld(2), 24, 300, 2)
+	path, _ := record(t, m, nil, bsr.RecordConfig{NoFieldSums: true, Snapshots: bsr.SnapshotPolicy{FullEvery: 120, DeltaEvery: 30}}, nil)
+	r := open(t, path)
+	if r.HasFieldSums() {
+		t.Fatal("field sums recorded")
+	}
+	const at = 190
+	var runs atomic.Int32
+	flaky := func(shard uint32) (replay.TableSim, error) {
+		s, err := broadside.NewSector(m.cfg, int(shard))
+		if shard != 2 {
+			return s, err
+		}
+		var changed atomic.Bool
+		return &plantedSector{Sector: s, at: at, changed: &changed, change: func(ts []*table.Table) bool {
+			if runs.Add(1)%2 == 0 {
+				return false
+			}
+			return firstLive(3, nil, func(r table.Record) { r.SetU16(12, r.U16(12)^0x0100) })(ts)
+		}}, err
+	}
+	res, err := bsr.Verify(context.Background(), r, flaky, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res.Detail)
+	ok := !res.OK && res.Exact && res.FirstTick == at && res.DiffTick == at && res.Shard == 2 && res.Table == 5 && res.Field == "heading"
+	n := 0
+	if ok {
+		n = 1
+	}
+	bsr.CountExact(n, 1)
+	if !ok {
+		t.Fatalf("%+v", res)
+	}
+}

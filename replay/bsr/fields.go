@@ -143,6 +143,9 @@ func (r *Reader) FieldLayout() (table.Layout, error) {
 // layout. A sim whose tables cannot be tracked makes a recording without
 // field sums (verify then compares snapshots).
 func (r *recorder) trackFields() error {
+	if r.cfg.NoFieldSums {
+		return nil
+	}
 	var layout table.Layout
 	if fl, ok := r.sims[0].(FieldLayouter); ok {
 		layout = fl.FieldLayout()
@@ -188,7 +191,7 @@ func locateExact(r *Reader, sim replay.TableSim, layout table.Layout, d *VerifyR
 		return entity, field
 	}
 	first := diffs[0]
-	d.Exact, d.DiffTick = true, d.FirstTick
+	d.Exact, d.DiffTick, d.LocatedBy = true, d.FirstTick, "the recorded field sums"
 	d.Table, d.Slot, d.Offset = first.Table, first.Slot, first.Offset
 	d.Entity, d.Field = name(first)
 	d.WantBytes, d.GotBytes = first.Want, first.Got

@@ -101,6 +101,10 @@ type RecordConfig struct {
 	// from position 1 unless Sims is set, in which case it starts at
 	// Start.Pos+1.
 	Signer note.Signer
+	// NoFieldSums records no field sums (40 bytes per shard and tick
+	// less; verify then names a divergence from the next snapshot, or by
+	// re-simulating twice when the re-simulation is nondeterministic).
+	NoFieldSums bool
 	// OnTick, if set, is called on Record's goroutine after every tick
 	// of every shard (during the runner's Observer: info's slices may be
 	// read only then). Forks use it to splice the sims' outputs into the

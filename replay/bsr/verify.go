@@ -61,6 +61,10 @@ type VerifyResult struct {
 	// located there (the first is the one in Table, Slot and Offset).
 	Exact       bool
 	Differences []FieldDifference
+	// LocatedBy says how an exact difference was found: "the recorded
+	// field sums", or "two more re-simulations" (a nondeterministic step,
+	// in a recording without field sums).
+	LocatedBy string
 	// Detail explains the outcome in a sentence or two.
 	Detail string
 	Took   time.Duration
@@ -269,6 +273,11 @@ func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tab
 			out.diverged = true
 			div.OK = false
 			if !div.Exact {
+				if err := rerunTwice(ctx, r, newSim, div); err != nil {
+					return out, err
+				}
+			}
+			if !div.Exact {
 				if err := describeDivergence(r, newSim, sim, end, div); err != nil {
 					return out, err
 				}
@@ -432,4 +441,71 @@ func checkChunks(ctx context.Context, r *Reader) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// rerunTwice is verify's search when the recording cannot locate a
+// divergence itself (no field sums): it re-simulates the diverged shard
+// twice more from the newest snapshot before the diverging tick to that
+// tick. If the two runs end in different states the re-simulation is
+// nondeterministic, and comparing them names the entity and field at the
+// tick itself; otherwise nothing is filled in (the next snapshot is
+// compared instead).
+func rerunTwice(ctx context.Context, r *Reader, newSim func(uint32) (replay.TableSim, error), d *VerifyResult) error {
+	rec, err := r.tickRecord(d.FirstTick)
+	if err != nil {
+		return err
+	}
+	start := replay.Checkpoint{Tick: r.base, Pos: r.basePos}
+	k := -1
+	for i, c := range r.snaps[d.Shard] {
+		if c.First < d.FirstTick && c.First >= r.base {
+			k = i
+		}
+	}
+	var sims [2]replay.TableSim
+	for i := range sims {
+		if sims[i], err = newSim(d.Shard); err != nil {
+			return fmt.Errorf("bsr: verify: new sim of shard %d: %w", d.Shard, err)
+		}
+		if k >= 0 {
+			tip := &r.snaps[d.Shard][k]
+			chain, _, err := r.loadChain(d.Shard, k)
+			if err != nil {
+				return err
+			}
+			if err := restoreChain(sims[i], chain, tip); err != nil {
+				return err
+			}
+			start = replay.Checkpoint{Tick: tip.First, Pos: tip.Aux1}
+		} else if r.base > 0 {
+			return nil // the base snapshot is the only state: nothing before it to start from
+		}
+		run, err := replay.NewRunner(replay.RunnerConfig{World: r.h.World, Shard: d.Shard, Sim: sims[i],
+			Source: r.newEntrySource(start.Pos, rec.Pos), Start: start, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return err
+		}
+		if err := run.Run(ctx); err != nil {
+			return fmt.Errorf("bsr: verify shard %d: re-simulating to tick %d: %w", d.Shard, d.FirstTick, err)
+		}
+	}
+	diff, found := diffTables(sims[0].Tables(), sims[1].Tables())
+	if !found || diff.slot < 0 {
+		return nil
+	}
+	d.Exact, d.DiffTick, d.LocatedBy = true, d.FirstTick, "two more re-simulations: the step is nondeterministic"
+	d.Table, d.Slot, d.Offset = diff.table, diff.slot, diff.offset
+	d.WantBytes, d.GotBytes = diff.want, diff.got
+	if ds, ok := sims[0].(Describer); ok {
+		d.Entity, d.Field = ds.DescribeRecord(diff.table, diff.slot, diff.offset)
+	}
+	if d.Entity == "" {
+		d.Entity = fmt.Sprintf("table %d slot %d", diff.table, diff.slot)
+	}
+	if d.Field == "" && diff.offset >= 0 {
+		d.Field = fmt.Sprintf("byte %d", diff.offset)
+	}
+	d.Detail = fmt.Sprintf("shard %d diverged at tick %d: recorded hash %#x, re-simulated %#x; re-simulating it twice more from tick %d gives two different states at tick %d: the step is nondeterministic; %s differs in %s (% x in one run, % x in the other)",
+		d.Shard, d.FirstTick, d.Want, d.Got, start.Tick, d.FirstTick, d.Entity, d.Field, diff.want, diff.got)
+	return nil
 }

@@ -42,6 +42,8 @@ const (
 	KeyPanDown
 	KeyZoomIn
 	KeyZoomOut
+	// KeySwitch shows the other recording of a ForkPair.
+	KeySwitch
 )
 
 // Shortcut documents a key binding for the help overlay.
@@ -333,6 +335,10 @@ func (m *Model) Key(k Key) {
 		}
 	case KeyFit:
 		m.Fit()
+	case KeySwitch:
+		if p, ok := m.src.(*ForkPair); ok && p.Switch() == nil {
+			m.world = m.src.World()
+		}
 	case KeyPanLeft:
 		m.pan(panStep, 0)
 	case KeyPanRight:

@@ -70,6 +70,10 @@ type VerifyResult struct {
 	Took   time.Duration
 }
 
+// ErrNothingToVerify is returned by Verify for a recording with no
+// complete tick to re-simulate.
+var ErrNothingToVerify = errors.New("bsr: verify: nothing to verify")
+
 // Verify re-simulates the recording from its base with one replay.Runner
 // per shard (shards in parallel) and compares every tick's state hash with
 // the recorded one; it also reads and checks every chunk. On a divergence
@@ -169,6 +173,17 @@ wait:
 		if outs[s].diverged && (first < 0 || outs[s].res.FirstTick < outs[first].res.FirstTick) {
 			first = s
 		}
+	}
+	if first < 0 && res.Ticks == 0 {
+		// Nothing was checked: a recording cut before its first complete
+		// chunk (or a hostile one whose only chunk was dropped as a cut
+		// tail) must not pass as verified.
+		res.OK = false
+		why := "it holds no complete tick"
+		if r.truncated != "" {
+			why += " (" + r.truncated + ")"
+		}
+		return res, fmt.Errorf("%w: %s", ErrNothingToVerify, why)
 	}
 	if first < 0 {
 		res.Detail = fmt.Sprintf("%d ticks (%d..%d) of %d shards re-simulated: every state hash matches the recording", res.Ticks, r.FirstTick(), r.last, shards)

@@ -7,10 +7,10 @@ DST_SEEDS ?= 500
 SOAK_SEEDS ?= 20000
 REPLAY_DST_SEEDS ?= 300
 
-.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard cluster generate fuzz bench dst-soak replay-dst-soak lint build viewer hostile viewer-wasm browser browser-docs browser-perf
+.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard cluster generate fuzz bench dst-soak replay-dst-soak lint build viewer hostile forensics viewer-wasm browser browser-docs browser-perf
 
 ## test: install missing system packages, vet, run every test (the deterministic simulators and the process fault test included)
-test: deps vet unit dst replay-dst faults jetstream-shard cluster crash diskfull hostile viewer browser
+test: deps vet unit dst replay-dst faults jetstream-shard cluster crash diskfull hostile forensics viewer browser
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:
@@ -23,6 +23,12 @@ vet:
 ## unit: all package tests except the simulators and the process fault test (run by `dst`, `replay-dst` and `faults` with summary lines)
 unit:
 	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses|TestCrashRealProcesses|TestDiskFullRealProcess|TestJetStreamShardRealProcesses|TestHostileRealProcesses|TestClusterRealProcesses' $$($(GO) list ./... | grep -v -E '/internal/(dst|replaydst)$$')
+
+## forensics: tampered signed recordings detected, what-if fork and diff, planted divergences located at their exact tick, entity and field; prints the forensics line
+forensics:
+	@sum=$$(mktemp); trap 'rm -f $$sum' EXIT; \
+	  out=$$(BSR_FORENSICS_SUMMARY=$$sum $(GO) test -count=1 -timeout 5m -run 'Signed|Tamper|ForkDiff|FirstDivergence|VerifyNamesDivergence' ./replay/bsr 2>&1) || { echo "$$out"; cat $$sum 2>/dev/null; exit 1; }; \
+	  cat $$sum; grep -qE '^forensics: ([0-9]+)/\1 tampered recordings detected, fork\+diff ok, first divergence exact ([0-9]+)/\2$$' $$sum || { echo "forensics: a count is short"; exit 1; }
 
 ## crash: SIGKILL the game server (serve) at random moments, in a snapshot write and in a recovery, while bots play; prints the crash line
 crash:

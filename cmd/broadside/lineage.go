@@ -55,11 +55,11 @@ re-simulating the match without a command.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&lf.storeDir, "store", "", "lineage store `DIR` (Pebble)")
+	pf.StringVar(&lf.recording, "recording", "", "answer from a recording's lineage (`FILE`.bsr; a fork's too) instead of a store")
 	if store == nil {
 		pf.StringVar(&lf.serverURL, "server", "", "ask a running server's admin endpoint (`URL`, e.g. http://127.0.0.1:9090) instead of a store")
 		pf.StringVar(&lf.adminTokenFile, "admin-token-file", "", "with --server: the admin bearer token file (serve --admin-token-file)")
 	}
-	pf.StringVar(&lf.recording, "recording", "", "ask the lineage a .bsr recording `FILE` carries instead of a store")
 	pf.BoolVar(&lf.asJSON, "json", false, "print JSON instead of text")
 	cmd.AddCommand(newLineageWhyCmd(lf), newLineageAffectedCmd(lf), newLineageFrameCmd(lf), newLineageInfoCmd(lf), newLineageDemoCmd(lf))
 	return cmd
@@ -69,8 +69,8 @@ re-simulating the match without a command.`,
 // lineage is and how to print it.
 type lineageFlags struct {
 	storeDir, serverURL string
-	recording           string
 	adminTokenFile      string
+	recording           string
 	asJSON              bool
 	// store, if not nil, answers instead of --store.
 	store lineage.Store
@@ -81,6 +81,16 @@ type lineageFlags struct {
 func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index) error) error {
 	if lf.serverURL != "" {
 		return linAskServer(cmd, lf.serverURL, lf.adminTokenFile)
+	}
+	if lf.store != nil {
+		ix, err := lineage.LoadIndex(cmd.Context(), lf.store)
+		if err != nil {
+			return err
+		}
+		if ix.Stats().Ranges == 0 {
+			return errors.New("the server has stored no lineage yet (it stores it at snapshots: try again in a moment)")
+		}
+		return fn(ix)
 	}
 	if lf.recording != "" {
 		r, err := bsr.Open(lf.recording)
@@ -94,18 +104,8 @@ func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index)
 		}
 		return fn(ix)
 	}
-	if lf.store != nil {
-		ix, err := lineage.LoadIndex(cmd.Context(), lf.store)
-		if err != nil {
-			return err
-		}
-		if ix.Stats().Ranges == 0 {
-			return errors.New("the server has stored no lineage yet (it stores it at snapshots: try again in a moment)")
-		}
-		return fn(ix)
-	}
 	if lf.storeDir == "" {
-		return errors.New("--store DIR or --server URL is required")
+		return errors.New("--store DIR, --recording FILE or --server URL is required")
 	}
 	if _, err := os.Stat(lf.storeDir); err != nil {
 		return fmt.Errorf("lineage store %s: %w", lf.storeDir, err)

@@ -45,6 +45,8 @@ const (
 	// KeyFollow keeps the selected ship in the middle of the sea's free
 	// part as it moves (again: stop).
 	KeyFollow
+	// KeySwitch shows the other recording of a ForkPair.
+	KeySwitch
 )
 
 // Shortcut documents a key binding for the help overlay.
@@ -345,6 +347,10 @@ func (m *Model) Key(k Key) {
 		if m.followShip {
 			m.autoFit = false
 			m.centreOnShip()
+		}
+	case KeySwitch:
+		if p, ok := m.src.(*ForkPair); ok && p.Switch() == nil {
+			m.world = m.src.World()
 		}
 	case KeyPanLeft:
 		m.pan(panStep, 0)

@@ -193,6 +193,9 @@ func (g *Game) handleInput() {
 	if inpututil.IsKeyJustPressed(ebiten.KeyEscape) {
 		press(viewer.KeyEscape)
 	}
+	if inpututil.IsKeyJustPressed(ebiten.KeyTab) {
+		press(viewer.KeySwitch)
+	}
 	if inpututil.IsKeyJustPressed(ebiten.KeyF) {
 		press(viewer.KeyFit)
 	}

@@ -46,6 +46,11 @@ const (
 	// hostileSaturated is the machine CPU use over the attacks from which
 	// the p99 bound is not asserted (the good player then waits for a CPU).
 	hostileSaturated = 0.95
+	// hostileShared is the machine CPU use in the second before the
+	// attacks (the cluster idling, the good player playing) from which the
+	// machine counts as shared with other work, and the bound is not
+	// asserted either.
+	hostileShared = 0.5
 )
 
 // TestHostileRealProcesses is the hostile suite: a log cluster of five
@@ -224,7 +229,10 @@ func TestHostileRealProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	sampler := hostile.SampleRSS(pid, 50*time.Millisecond)
+	base0, baseTotal0, _ := report.MachineBusy()
+	time.Sleep(time.Second)
 	busy0, total0, _ := report.MachineBusy()
+	baseline := float64(busy0-base0) / float64(max(1, total0-baseTotal0))
 	cpu0, _ := hostile.ProcessCPU(pid)
 	start := time.Now()
 	outcomes := hostile.Run(ctx, attacks, 30*time.Second, t.Logf)
@@ -290,6 +298,7 @@ func TestHostileRealProcesses(t *testing.T) {
 	fmt.Printf("hostile: %d attack classes; good client %d commands sent, %d acknowledged, %d refused, %d unanswered; "+
 		"during the attacks %d commands, p50 %.1f ms, p99 %.1f ms, max %.1f ms (bound p99 < %v)\n",
 		classes, gr.Sent, gr.Acked, gr.Refused, gr.Unanswered, gr.InWindow, float64(gr.P50)/1e6, float64(gr.P99)/1e6, float64(gr.Max)/1e6, hostileP99)
+	fmt.Printf("hostile: %.0f%% of the machine's CPUs busy in the second before the attacks\n", 100*baseline)
 	fmt.Printf("hostile: attacks took %.1f s; the server used %.0f%% of a CPU, the machine's CPUs were %.0f%% busy (load average %s)\n",
 		window.Seconds(), 100*(cpu1-cpu0).Seconds()/window.Seconds(), 100*machineBusy, loadAverage())
 	fmt.Printf("hostile: server RSS %.1f MiB before the attacks, peak %.1f MiB over %d samples (bound +%d MiB); tools' peak RSS on hostile files %.1f MiB (bound %d MiB)\n",
@@ -330,6 +339,8 @@ func TestHostileRealProcesses(t *testing.T) {
 	switch {
 	case machineBusy >= hostileSaturated:
 		fmt.Printf("hostile: p99 bound %v NOT ASSERTED: the machine's CPUs were %.0f%% busy during the attacks\n", hostileP99, 100*machineBusy)
+	case baseline >= hostileShared:
+		fmt.Printf("hostile: p99 bound %v NOT ASSERTED: the machine's CPUs were %.0f%% busy before the attacks (shared with other work)\n", hostileP99, 100*baseline)
 	case gr.P99 >= hostileP99:
 		t.Errorf("good player's acknowledgement p99 %v during the attacks, bound %v", gr.P99, hostileP99)
 	}

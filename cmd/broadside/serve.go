@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
+	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/embedded"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
@@ -28,6 +30,7 @@ import (
 	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/world"
+	"github.com/anoptic/broadside/replay/world/natsworld"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -63,6 +66,11 @@ type serveOptions struct {
 	retain     time.Duration
 	record     string
 	signKey    string
+	// worldURL (--world) makes the server a front end of a world whose
+	// sectors run on sector workers: their frames come from its NATS.
+	worldURL  string
+	worldID   uint32
+	worldNATS natsFlags
 	// killAtSnapshot, a test hook, SIGKILLs the process as it is about to
 	// store its Nth snapshot.
 	killAtSnapshot int
@@ -142,6 +150,9 @@ it; in production give --cert and --key.`,
 	_ = f.MarkHidden("test-kill-at-snapshot")
 	_ = f.MarkHidden("test-kill-at-restore")
 	o.external.registerPrefixed(f, "log-")
+	f.StringVar(&o.worldURL, "world", "", "be a front end of a world run by sector workers ('broadside sector'): nats://HOST:PORT of its NATS servers (comma separated), with --log and the log- flags of its command log; this process runs sessions and intake, no sectors, and serves players the frames the workers publish")
+	f.Uint32Var(&o.worldID, "world-id", 1, "with --world: the world id (as the workers' --world)")
+	o.worldNATS.register(f, "")
 	return cmd
 }
 
@@ -279,16 +290,23 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	// tick's state.
 	frames.OnApplied(srv.NoteApplied)
 	beforePut, beforeGet := o.hooks()
-	running, err := world.Start(ctx, world.Config{
+	var running *world.World
+	if o.worldURL != "" {
+		stopFE, err := startFrontEnd(ctx, out, o, game.Shards, frames, srv.Publish, log)
+		if err != nil {
+			return err
+		}
+		defer stopFE()
+	} else if running, err = world.Start(ctx, world.Config{
 		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: worldc, Frames: frames, OnFrame: srv.Publish,
 		Logger: log, Registry: reg, Retain: o.retain, BeforeSnapshotPut: beforePut, BeforeSnapshotGet: beforeGet,
-	})
-	if err != nil {
+	}); err != nil {
 		return err
+	} else {
+		worldRef.Store(running)
 	}
-	worldRef.Store(running)
 	var rec *world.Recording
-	if o.record != "" {
+	if o.record != "" && running != nil {
 		var seg string
 		signer, err := loadSigner(o.signKey)
 		if err != nil {
@@ -311,7 +329,9 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	select {
 	case <-ctx.Done():
 	case err := <-served:
-		running.Stop(context.Background())
+		if running != nil {
+			running.Stop(context.Background())
+		}
 		return err
 	}
 	// Graceful shutdown: stop intake and let accepted commands become
@@ -322,11 +342,13 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err := srv.Drain(dctx); err != nil {
 		log.Warn("drain", "err", err)
 	}
-	final, err := running.Stop(dctx)
-	if err != nil {
-		log.Warn("final snapshot", "err", err)
-	} else {
-		fmt.Fprintf(out, "final snapshot of every sector stored at tick %d\n", final)
+	var final uint64 // a front end's: 0 (its workers snapshot their sectors)
+	if running != nil {
+		if final, err = running.Stop(dctx); err != nil {
+			log.Warn("final snapshot", "err", err)
+		} else {
+			fmt.Fprintf(out, "final snapshot of every sector stored at tick %d\n", final)
+		}
 	}
 	if rec != nil {
 		if _, err := rec.Finish(dctx, final); err != nil {
@@ -339,6 +361,42 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	err = <-served
 	fmt.Fprintln(out, "server stopped")
 	return err
+}
+
+// startFrontEnd runs the front end of the world --world names: each
+// tick's frame assembled from the parts its sector workers publish.
+func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, sectors int, frames *world.Frames, publish func(uint64), log *slog.Logger) (stop func(), err error) {
+	if !o.useLog {
+		return nil, errors.New("--world needs the world's command log: --log and its log- flags (as the workers')")
+	}
+	connOpts, err := o.worldNATS.connOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natscoord.Connect(o.worldURL, connOpts)
+	if err != nil {
+		return nil, err
+	}
+	fe, err := natsworld.NewFrontEnd(natsworld.FrontEndConfig{World: o.worldID, Sectors: sectors, Frames: frames, Conn: nc, OnFrame: publish, Logger: log})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = fe.Run(fctx)
+	}()
+	fmt.Fprintf(out, "front end of world %d: frames of its %d sectors from %s (no sector runs here)\n", o.worldID, sectors, natsworld.SectorsSubject(o.worldID))
+	return func() {
+		cancel()
+		<-done
+		st := fe.Stats()
+		fmt.Fprintf(out, "front end: %d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad), latest %d\n",
+			st.Ticks, st.Filled, st.Late, st.Stale, st.Bad, st.Latest)
+		nc.Close()
+	}, nil
 }
 
 // openServerLog returns the command log: an embedded cluster, or clients

@@ -275,7 +275,8 @@ loop:
 		if _, err := fmt.Sscanf(line, "%d ticks assembled (%d sector parts filled", &ticks, &filled); err != nil || ticks < uint64(lastTick-firstTick) {
 			t.Fatalf("%s: %q (%v)", n, line, err)
 		}
-		feLines = append(feLines, fmt.Sprintf("%s %d ticks, %d parts filled", strings.TrimPrefix(n, "frontend-"), ticks, filled))
+		lat := line[strings.LastIndex(line, " ")+1:]
+		feLines = append(feLines, fmt.Sprintf("%s %d ticks, %d parts filled, frame latency p50/p99/max %s", strings.TrimPrefix(n, "frontend-"), ticks, filled, lat))
 	}
 	fmt.Printf("frontend: 2 workers, 2 front ends (%s): bots on A sent %d, acked %d, applied %d, %.1f updates/s; a player on B saw ticks %d..%d in %d updates, the bots' %d ships, its command acked and applied\n",
 		strings.Join(feLines, "; "), rep.Sent, rep.Acked, rep.Applied, rep.UpdatesPerSec, firstTick, lastTick, updates, sawOthers)

@@ -393,8 +393,8 @@ func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, sectors i
 		cancel()
 		<-done
 		st := fe.Stats()
-		fmt.Fprintf(out, "front end: %d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad), latest %d\n",
-			st.Ticks, st.Filled, st.Late, st.Stale, st.Bad, st.Latest)
+		fmt.Fprintf(out, "front end: %d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad), latest %d, frame latency p50/p99/max %v/%v/%v\n",
+			st.Ticks, st.Filled, st.Late, st.Stale, st.Bad, st.Latest, st.LatencyP50.Round(time.Microsecond), st.LatencyP99.Round(time.Microsecond), st.LatencyMax.Round(time.Microsecond))
 		nc.Close()
 	}, nil
 }

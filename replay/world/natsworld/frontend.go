@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,12 +53,17 @@ type FrontEndStats struct {
 	// Stale the parts under an older lease epoch than the sector's newest;
 	// Bad the undecodable messages and parts.
 	Ticks, Filled, Late, Stale, Bad uint64
-	// Latest is the newest tick assembled; LatencyMicros the latest tick's
-	// latency: from the first of its parts published (the owner's clock)
-	// to its assembly here.
-	Latest        uint64
-	LatencyMicros int64
+	// Latest is the newest tick assembled. LatencyP50/P99/Max are the
+	// frame latency over the last latencyWindow ticks assembled: from the
+	// first of a tick's parts published (its owner's clock, right after
+	// the step) to the tick assembled here (the timeout when a part was
+	// missing included).
+	Latest                             uint64
+	LatencyP50, LatencyP99, LatencyMax time.Duration
 }
+
+// latencyWindow is how many recent ticks' latencies Stats reports on.
+const latencyWindow = 1024
 
 // FrontEnd assembles a world's frames from the parts its sector workers
 // publish on NATS (SectorsSubject), for a front end that runs players'
@@ -79,7 +86,10 @@ type FrontEnd struct {
 
 	ticks, filled, late, stale, bad atomic.Uint64
 	latest                          atomic.Uint64
-	latency                         atomic.Int64
+
+	latMu sync.Mutex
+	lat   []time.Duration // a ring of the last latencyWindow ticks'
+	latN  int
 }
 
 // assembling is a tick whose parts are arriving.
@@ -113,8 +123,16 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 
 // Stats returns what the front end counted so far.
 func (fe *FrontEnd) Stats() FrontEndStats {
-	return FrontEndStats{Ticks: fe.ticks.Load(), Filled: fe.filled.Load(), Late: fe.late.Load(), Stale: fe.stale.Load(),
-		Bad: fe.bad.Load(), Latest: fe.latest.Load(), LatencyMicros: fe.latency.Load()}
+	st := FrontEndStats{Ticks: fe.ticks.Load(), Filled: fe.filled.Load(), Late: fe.late.Load(), Stale: fe.stale.Load(),
+		Bad: fe.bad.Load(), Latest: fe.latest.Load()}
+	fe.latMu.Lock()
+	lat := slices.Clone(fe.lat)
+	fe.latMu.Unlock()
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		st.LatencyP50, st.LatencyP99, st.LatencyMax = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	}
+	return st
 }
 
 // Run subscribes to the world's sector frames and assembles them until
@@ -247,7 +265,15 @@ func (fe *FrontEnd) flushThrough(tick uint64) {
 		fe.ticks.Add(1)
 		fe.latest.Store(t)
 		if a.published > 0 {
-			fe.latency.Store(time.Since(time.Unix(0, a.published)).Microseconds())
+			d := time.Since(time.Unix(0, a.published))
+			fe.latMu.Lock()
+			if len(fe.lat) < latencyWindow {
+				fe.lat = append(fe.lat, d)
+			} else {
+				fe.lat[fe.latN%latencyWindow] = d
+			}
+			fe.latN++
+			fe.latMu.Unlock()
 		}
 		if fe.cfg.OnFrame != nil {
 			fe.cfg.OnFrame(t)

@@ -242,6 +242,37 @@ loop:
 	case sawOthers < 4:
 		t.Fatalf("saw %d of the 4 bots' ships of front end A", sawOthers)
 	}
+	// SIGKILL a worker mid-match: its sectors' parts stop until the other
+	// worker takes them over; the player on B must go on receiving state
+	// (the missing parts filled meanwhile).
+	for i, n := range names {
+		if n == "w2" {
+			procs[i].kill()
+		}
+	}
+	killed, killTick, loopTick := time.Now(), lastTick, lastTick
+	var maxGap time.Duration
+	lastAt := killed
+	for time.Since(killed) < 3*time.Second {
+		select {
+		case <-c.Results():
+		case u := <-c.Updates():
+			if _, err := tr.Apply(u.Tick, u.BaseTick, u.Payload); err != nil {
+				continue
+			}
+			if u.Tick < lastTick {
+				t.Fatalf("state update of tick %d after tick %d", u.Tick, lastTick)
+			}
+			lastTick = u.Tick
+			c.AckState(u.Tick)
+			maxGap, lastAt = max(maxGap, time.Since(lastAt)), time.Now()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Logf("after w2's SIGKILL: ticks %d..%d in 3 s, the longest wait for a state update %v", killTick, lastTick, maxGap)
+	if lastTick < killTick+45 || maxGap > 1500*time.Millisecond {
+		t.Fatalf("after w2's SIGKILL: ticks %d..%d in 3 s, an update waited for %v", killTick, lastTick, maxGap)
+	}
 	bo := <-botsDone
 	if bo.err != nil {
 		t.Fatalf("bots: %v\n%s", bo.err, bo.out)
@@ -278,8 +309,8 @@ loop:
 		lat := line[strings.LastIndex(line, " ")+1:]
 		feLines = append(feLines, fmt.Sprintf("%s %d ticks, %d parts filled, frame latency p50/p99/max %s", strings.TrimPrefix(n, "frontend-"), ticks, filled, lat))
 	}
-	fmt.Printf("frontend: 2 workers, 2 front ends (%s): bots on A sent %d, acked %d, applied %d, %.1f updates/s; a player on B saw ticks %d..%d in %d updates, the bots' %d ships, its command acked and applied\n",
-		strings.Join(feLines, "; "), rep.Sent, rep.Acked, rep.Applied, rep.UpdatesPerSec, firstTick, lastTick, updates, sawOthers)
+	fmt.Printf("frontend: 2 workers, 2 front ends (%s): bots on A sent %d, acked %d, applied %d, %.1f updates/s; a player on B saw ticks %d..%d in %d updates, the bots' %d ships, its command acked and applied; worker w2 SIGKILLed: ticks %d..%d in the next 3 s, longest wait for an update %v\n",
+		strings.Join(feLines, "; "), rep.Sent, rep.Acked, rep.Applied, rep.UpdatesPerSec, firstTick, loopTick, updates, sawOthers, killTick, lastTick, maxGap.Round(time.Millisecond))
 }
 
 // exec_ returns this test binary run as 'broadside args...'.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,7 +121,13 @@ func TestFrontEndsRealProcesses(t *testing.T) {
 	for _, w := range []string{"w1", "w2"} {
 		start(w, append(append([]string{"sector", "--nats", natsURL, "--worker", w, "--ticker"}, game...), logFlags...)...)
 	}
+	// The secret exists before the front ends start (each would create
+	// its own otherwise).
 	secretFile := filepath.Join(dir, "server.secret")
+	secret, err := loadOrCreateSecret(secretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	addrs := map[string]string{}
 	for _, fe := range []string{"A", "B"} {
 		addrs[fe] = fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
@@ -142,10 +149,6 @@ func TestFrontEndsRealProcesses(t *testing.T) {
 	}
 
 	// The test's player on front end B.
-	secret, err := loadOrCreateSecret(secretFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const me = 900
 	tok, err := server.IssueToken(secret, server.Claims{Player: "tester", PlayerID: me, Audience: server.AudiencePlayer, Expires: time.Now().Add(time.Hour)})
 	if err != nil {
@@ -180,6 +183,21 @@ func TestFrontEndsRealProcesses(t *testing.T) {
 		sawMe, sawOthers         int
 		throttleApplied          bool
 	)
+	// The client drops verdicts nobody is reading: read them on their own.
+	var rmu sync.Mutex
+	stored := map[uint64]bool{}
+	go func() {
+		for r := range c.Results() {
+			rmu.Lock()
+			stored[r.Seq] = r.Status.Stored()
+			rmu.Unlock()
+		}
+	}()
+	isStored := func(seq uint64) bool {
+		rmu.Lock()
+		defer rmu.Unlock()
+		return seq != 0 && stored[seq]
+	}
 	if joinSeq, err = c.Send(broadside.ToGameCommand(broadside.Join())); err != nil {
 		t.Fatal(err)
 	}
@@ -189,14 +207,8 @@ loop:
 		select {
 		case <-until:
 			break loop
-		case r := <-c.Results():
-			if r.Seq == joinSeq && r.Status.Stored() {
-				joinAcked = true
-			}
-			if r.Seq == throttleSeq && throttleSeq != 0 && r.Status.Stored() {
-				throttleAcked = true
-			}
 		case u := <-c.Updates():
+			joinAcked, throttleAcked = isStored(joinSeq), isStored(throttleSeq)
 			f, err := tr.Apply(u.Tick, u.BaseTick, u.Payload)
 			if err != nil {
 				continue // a delta against a tick not held: the server sends a full state next
@@ -255,7 +267,6 @@ loop:
 	lastAt := killed
 	for time.Since(killed) < 3*time.Second {
 		select {
-		case <-c.Results():
 		case u := <-c.Updates():
 			if _, err := tr.Apply(u.Tick, u.BaseTick, u.Payload); err != nil {
 				continue

@@ -31,6 +31,7 @@ import (
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/world"
 	"github.com/anoptic/broadside/replay/world/natsworld"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -68,9 +69,10 @@ type serveOptions struct {
 	signKey    string
 	// worldURL (--world) makes the server a front end of a world whose
 	// sectors run on sector workers: their frames come from its NATS.
-	worldURL  string
-	worldID   uint32
-	worldNATS natsFlags
+	worldURL    string
+	worldID     uint32
+	worldNATS   natsFlags
+	worldTicker bool
 	// killAtSnapshot, a test hook, SIGKILLs the process as it is about to
 	// store its Nth snapshot.
 	killAtSnapshot int
@@ -152,6 +154,7 @@ it; in production give --cert and --key.`,
 	o.external.registerPrefixed(f, "log-")
 	f.StringVar(&o.worldURL, "world", "", "be a front end of a world run by sector workers ('broadside sector'): nats://HOST:PORT of its NATS servers (comma separated), with --log and the log- flags of its command log; this process runs sessions and intake, no sectors, and serves players the frames the workers publish")
 	f.Uint32Var(&o.worldID, "world-id", 1, "with --world: the world id (as the workers' --world)")
+	f.BoolVar(&o.worldTicker, "ticker", false, "with --world: compete for the world's Ticker lease (with the workers' --ticker) and append the tick markers while holding it")
 	o.worldNATS.register(f, "")
 	return cmd
 }
@@ -292,7 +295,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	beforePut, beforeGet := o.hooks()
 	var running *world.World
 	if o.worldURL != "" {
-		stopFE, err := startFrontEnd(ctx, out, o, game.Shards, frames, srv.Publish, log)
+		stopFE, err := startFrontEnd(ctx, out, o, worldc, game.Shards, frames, srv.Publish, log)
 		if err != nil {
 			return err
 		}
@@ -365,7 +368,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 
 // startFrontEnd runs the front end of the world --world names: each
 // tick's frame assembled from the parts its sector workers publish.
-func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, sectors int, frames *world.Frames, publish func(uint64), log *slog.Logger) (stop func(), err error) {
+func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog world.Log, sectors int, frames *world.Frames, publish func(uint64), log *slog.Logger) (stop func(), err error) {
 	if !o.useLog {
 		return nil, errors.New("--world needs the world's command log: --log and its log- flags (as the workers')")
 	}
@@ -382,15 +385,34 @@ func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, sectors i
 		nc.Close()
 		return nil, err
 	}
+	var leases *natsworld.Leases
+	if o.worldTicker {
+		js, err := jetstream.New(nc)
+		if err == nil {
+			host, _ := os.Hostname()
+			leases, err = natsworld.OpenLeases(ctx, js, natsworld.LeasesConfig{World: o.worldID, Worker: fmt.Sprintf("fe-%s-%d", sanitizeID(host), os.Getpid())})
+		}
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
 	fctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
+	done := make(chan struct{}, 2)
 	go func() {
-		defer close(done)
+		defer func() { done <- struct{}{} }()
 		_ = fe.Run(fctx)
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		if leases != nil {
+			_ = natsworld.RunTicker(fctx, natsworld.TickerConfig{World: o.worldID, Log: worldLog, Leases: leases, Rate: broadside.TickRate, Logger: log})
+		}
 	}()
 	fmt.Fprintf(out, "front end of world %d: frames of its %d sectors from %s (no sector runs here)\n", o.worldID, sectors, natsworld.SectorsSubject(o.worldID))
 	return func() {
 		cancel()
+		<-done
 		<-done
 		st := fe.Stats()
 		fmt.Fprintf(out, "front end: %d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad), latest %d, frame latency p50/p99/max %v/%v/%v\n",

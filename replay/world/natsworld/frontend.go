@@ -280,3 +280,33 @@ func (fe *FrontEnd) flushThrough(tick uint64) {
 		}
 	}
 }
+
+// TickerConfig configures RunTicker.
+type TickerConfig struct {
+	// World is the world id; Log its command log (the tick markers go
+	// there); Leases the lease bucket as this process sees it (it need not
+	// register as a worker: no sector is assigned to it); Rate the game's
+	// ticks per second.
+	World  uint32
+	Log    world.Log
+	Leases *Leases
+	Rate   int
+	Logger *slog.Logger
+}
+
+// RunTicker competes for the world's Ticker lease (TickerLease) and runs
+// the Ticker while it holds it, until ctx ends; then it releases the
+// lease. A front end runs it with serve --world --ticker, as a worker does
+// with --ticker: exactly one holder at a time appends the tick markers.
+func RunTicker(ctx context.Context, cfg TickerConfig) error {
+	switch {
+	case cfg.World == 0 || cfg.Log == nil || cfg.Leases == nil || cfg.Rate <= 0:
+		return errors.New("natsworld: ticker: a world, a log, leases and a rate are required")
+	case cfg.Logger == nil:
+		cfg.Logger = slog.Default()
+	}
+	w := &Worker{cfg: WorkerConfig{World: cfg.World, Log: cfg.Log, Leases: cfg.Leases, Game: world.Game{TickRate: cfg.Rate}},
+		log: cfg.Logger.With("worker", cfg.Leases.Worker())}
+	w.runTicker(ctx)
+	return ctx.Err()
+}

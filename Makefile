@@ -7,10 +7,10 @@ DST_SEEDS ?= 500
 SOAK_SEEDS ?= 20000
 REPLAY_DST_SEEDS ?= 300
 
-.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard cluster frontend generate fuzz bench dst-soak replay-dst-soak lint build viewer hostile
+.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard cluster frontend generate fuzz bench dst-soak replay-dst-soak lint build viewer hostile forensics viewer-wasm browser browser-docs browser-perf
 
 ## test: install missing system packages, vet, run every test (the deterministic simulators and the process fault test included)
-test: deps vet unit dst replay-dst faults jetstream-shard cluster frontend crash diskfull hostile viewer
+test: deps vet unit dst replay-dst faults jetstream-shard cluster frontend crash diskfull hostile forensics viewer browser
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:
@@ -23,6 +23,12 @@ vet:
 ## unit: all package tests except the simulators and the process fault test (run by `dst`, `replay-dst` and `faults` with summary lines)
 unit:
 	$(GO) test -count=1 -timeout 15m -skip 'TestFaultsRealProcesses|TestCrashRealProcesses|TestDiskFullRealProcess|TestJetStreamShardRealProcesses|TestHostileRealProcesses|TestClusterRealProcesses' $$($(GO) list ./... | grep -v -E '/internal/(dst|replaydst)$$')
+
+## forensics: tampered signed recordings detected, what-if fork and diff, planted divergences located at their exact tick, entity and field; prints the forensics line
+forensics:
+	@sum=$$(mktemp); trap 'rm -f $$sum' EXIT; \
+	  out=$$(BSR_FORENSICS_SUMMARY=$$sum $(GO) test -count=1 -timeout 5m -run 'Signed|Tamper|ForkDiff|FirstDivergence|VerifyNamesDivergence' ./replay/bsr 2>&1) || { echo "$$out"; cat $$sum 2>/dev/null; exit 1; }; \
+	  cat $$sum; grep -qE '^forensics: ([0-9]+)/\1 tampered recordings detected, fork\+diff ok, first divergence exact ([0-9]+)/\2$$' $$sum || { echo "forensics: a count is short"; exit 1; }
 
 ## crash: SIGKILL the game server (serve) at random moments, in a snapshot write and in a recovery, while bots play; prints the crash line
 crash:
@@ -99,3 +105,25 @@ build:
 ## viewer: the viewer's model tests and its real window under Xvfb (started if DISPLAY is unset), with screenshots
 viewer:
 	@./scripts/viewer-test.sh
+
+## viewer-wasm: the viewer for browsers (GOOS=js GOARCH=wasm) with Go's wasm_exec.js, into bin/web (what 'broadside view' serves)
+viewer-wasm:
+	@mkdir -p bin/web
+	GOOS=js GOARCH=wasm $(GO) build -o bin/web/viewer.wasm ./cmd/broadside-viewer
+	@cp "$$($(GO) env GOROOT)/lib/wasm/wasm_exec.js" bin/web/wasm_exec.js
+
+## browser: the WebAssembly viewer in headless Chromium (Debian's chromium, WebGL on SwiftShader): a recording's Why panel against lineage why, a live spectator feed; prints the browser line
+browser: viewer-wasm
+	@out=$$($(GO) test -count=1 -timeout 10m -tags browser -v -run 'TestBrowser$$' ./cmd/broadside $(BROWSER_FLAGS) 2>&1) || { echo "$$out" | grep -v '^=== RUN' | tail -60; exit 1; }; \
+	  echo "$$out" | grep -E '^(browser:|--- FAIL|FAIL|ok)'; \
+	  echo "$$out" | grep -qE '^browser: viewer ok' || { echo "browser: no summary line"; exit 1; }
+
+## browser-docs: the browser tests, writing their screenshots to docs/ (browser-why.png, browser-live.png)
+browser-docs:
+	@$(MAKE) --no-print-directory browser BROWSER_FLAGS="-args -browser.shots $(CURDIR)/docs"
+
+## browser-perf: size of the .wasm, time to first frame and frame rate while scrubbing a 60-minute match (generated once into bin/)
+browser-perf: viewer-wasm
+	@test -f bin/match60.bsr || $(GO) run ./cmd/broadside replay export --bots 20 --minutes 60 -o bin/match60.bsr
+	$(GO) test -count=1 -timeout 20m -tags browser -v -run 'TestBrowserPerf$$' ./cmd/broadside -args -browser.perf $(CURDIR)/bin/match60.bsr \
+	  | grep -E '^(browser-perf:|--- FAIL|FAIL|ok)|Error|error'

@@ -1,3 +1,8 @@
+//go:build !js
+
+// Pebble does not build for js/wasm: the browser viewer reads lineage and
+// snapshots from recordings, never from a Pebble store.
+
 package lineage
 
 import (

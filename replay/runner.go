@@ -86,6 +86,10 @@ type TickInfo struct {
 	// copies what its clients need from them.
 	Commands []Command
 	Sim      Sim
+	// Produced are the outputs the step returned (readable only during
+	// the Observer call), before the runner appends them; what-if forks
+	// splice them into their own log.
+	Produced []Output
 }
 
 // SnapshotConfig makes a Runner snapshot its sim (which must be a
@@ -214,6 +218,8 @@ type RunnerStats struct {
 // checkpoint and run to a different end.
 type Runner struct {
 	cfg     RunnerConfig
+	vsrc    VerifiedSource // cfg.Source, if it verifies entries itself
+	dsrc    DecodedSource  // cfg.Source, if it decodes them too
 	sim     Sim
 	set     *table.Set
 	rec     lineage.Recorder
@@ -289,6 +295,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cp:     cfg.Start,
 		pos:    cfg.Start.Pos,
 		outs:   newOutputQueue(OutputClientID(cfg.World, cfg.Shard), cfg.Start.Tick, cfg.Clock),
+		vsrc:   asVerified(cfg.Source),
+		dsrc:   asDecoded(cfg.Source),
 		fences: fenceTableOf(cfg.Start.Fences),
 	}
 	r.cpFences = r.fences.list()
@@ -532,7 +540,9 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 		r.outs.seen.Store(e.Record.ID.Seq) // an unfenced output of this shard
 	}
 	var env wire.Envelope
-	if err := decodeRecord(e.Record.Data, &env); err != nil {
+	if d, ok := r.lastDecoded(); ok {
+		env = d
+	} else if err := decodeRecordVerified(e.Record.Data, &env, r.vsrc != nil && r.vsrc.LastVerified()); err != nil {
 		r.malformed.Add(1)
 		return
 	}
@@ -632,12 +642,35 @@ func (r *Runner) leaseClaim(shard uint32, epoch uint64) {
 // decodeRecord is wire.DecodeEnvelope without the copy of the payload,
 // which aliases b (log entries are never modified): it verifies b
 // (wire.VerifyEnvelope, so no accessor can panic) and reads the fields.
-func decodeRecord(b []byte, env *wire.Envelope) error {
+func decodeRecord(b []byte, env *wire.Envelope) error { return decodeRecordVerified(b, env, false) }
+
+func (r *Runner) lastDecoded() (wire.Envelope, bool) {
+	if r.dsrc == nil {
+		return wire.Envelope{}, false
+	}
+	return r.dsrc.LastEnvelope()
+}
+
+func asVerified(s Source) VerifiedSource {
+	v, _ := s.(VerifiedSource)
+	return v
+}
+
+func asDecoded(s Source) DecodedSource {
+	d, _ := s.(DecodedSource)
+	return d
+}
+
+// decodeRecordVerified is decodeRecord, skipping the verifier when the
+// source already verified b (VerifiedSource).
+func decodeRecordVerified(b []byte, env *wire.Envelope, verified bool) error {
 	if len(b) > wire.MaxEnvelopeSize {
 		return fmt.Errorf("replay: record of %d bytes: %w", len(b), wire.ErrMalformed)
 	}
-	if err := wire.VerifyEnvelope(b); err != nil {
-		return err
+	if !verified {
+		if err := wire.VerifyEnvelope(b); err != nil {
+			return err
+		}
 	}
 	var t fb.Envelope
 	t.Init(b, flatbuffers.GetUOffsetT(b))
@@ -707,7 +740,7 @@ func (r *Runner) step(ctx context.Context, tick uint64, cmds []Command, pos uint
 		r.cpFences, r.fencesChanged = r.fences.list(), false
 	}
 	info := TickInfo{Shard: r.cfg.Shard, Tick: tick, Pos: pos, Hash: hash, Inputs: len(cmds), Outputs: len(outs), Step: stepDur, Gap: gap,
-		Commands: cmds, Sim: r.sim}
+		Commands: cmds, Sim: r.sim, Produced: outs}
 
 	for _, o := range outs {
 		if len(o.Payload) > wire.MaxEnvelopeSize-256 {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/netcode/wire"
 )
 
 // ErrEndOfLog is returned by a Source that has no more entries and never
@@ -64,6 +66,112 @@ func (s *SliceSource) Next(ctx context.Context) (msg.Entry, error) {
 	e := s.entries[s.next]
 	s.next++
 	return e, nil
+}
+
+// VerifiedSource is a Source that checks the envelopes of the entries it
+// delivers itself (wire.VerifyEnvelope), once for every runner reading the
+// same entries: LastVerified reports that the entry Next returned last
+// passed, and a Runner then decodes it without verifying it again. (Every
+// shard of a world reads every entry: on a recording's replay the
+// verifier ran once per shard.)
+type VerifiedSource interface {
+	Source
+	LastVerified() bool
+}
+
+// DecodedSource is a Source that decodes the envelopes of the entries it
+// delivers once for every runner reading them: LastEnvelope returns the
+// entry Next returned last, decoded as a Runner decodes it (ok false if it
+// was not, or is malformed: the Runner then decodes it itself).
+type DecodedSource interface {
+	Source
+	LastEnvelope() (wire.Envelope, bool)
+}
+
+// DecodeEnvelope decodes a log record as a Runner does (the payload
+// aliases b), verifying it first.
+func DecodeEnvelope(b []byte) (wire.Envelope, error) {
+	var env wire.Envelope
+	err := decodeRecord(b, &env)
+	return env, err
+}
+
+// VerifiedEntries is a recorded slice of entries (in position order)
+// shared by the runners of a world's shards: each envelope is verified
+// once, by the first runner to read it, whatever the number of shards.
+type VerifiedEntries struct {
+	entries []msg.Entry
+	// state: 0 not checked yet, 1 valid (envs holds it decoded), 2
+	// malformed, 3 being decoded by another runner.
+	state []atomic.Uint32
+	envs  []wire.Envelope
+}
+
+// NewVerifiedEntries returns the entries' shared verification state.
+func NewVerifiedEntries(entries []msg.Entry) *VerifiedEntries {
+	return &VerifiedEntries{entries: entries, state: make([]atomic.Uint32, len(entries)), envs: make([]wire.Envelope, len(entries))}
+}
+
+// Source returns a VerifiedSource delivering the entries with a position
+// of at least from, then ErrEndOfLog.
+func (v *VerifiedEntries) Source(from uint64) VerifiedSource {
+	s := &verifiedSlice{v: v}
+	for s.next < len(v.entries) && v.entries[s.next].Pos < from {
+		s.next++
+	}
+	return s
+}
+
+type verifiedSlice struct {
+	v    *VerifiedEntries
+	next int
+	last bool
+	env  wire.Envelope // the last entry decoded, if last
+}
+
+func (s *verifiedSlice) Next(ctx context.Context) (msg.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return msg.Entry{}, err
+	}
+	if s.next >= len(s.v.entries) {
+		return msg.Entry{}, ErrEndOfLog
+	}
+	i := s.next
+	e := s.v.entries[i]
+	st := &s.v.state[i]
+	s.next++
+	switch st.Load() {
+	case 1:
+		s.env, s.last = s.v.envs[i], true
+	case 2:
+		s.last = false
+	default:
+		// Decode it; publish it unless another runner is at it.
+		mine := st.CompareAndSwap(0, 3)
+		var err error
+		s.env, err = DecodeEnvelope(e.Record.Data)
+		s.last = err == nil
+		if mine {
+			if s.last {
+				s.v.envs[i] = s.env
+				st.Store(1)
+			} else {
+				st.Store(2)
+			}
+		}
+	}
+	return e, nil
+}
+
+func (s *verifiedSlice) LastVerified() bool { return s.last }
+
+func (s *verifiedSlice) LastEnvelope() (wire.Envelope, bool) { return s.env, s.last }
+
+// EnvelopeValid reports whether b is a log record a Runner can decode
+// without verifying it: within the size bound and passing
+// wire.VerifyEnvelope.
+func EnvelopeValid(b []byte) bool {
+	return len(b) <= wire.MaxEnvelopeSize && wire.VerifyEnvelope(b) == nil
 }
 
 // Engine-reserved deduplication client ids. cmdlog picks random client ids

@@ -35,6 +35,7 @@ import (
 // options are the command line's.
 type options struct {
 	file       string
+	fork       string
 	live       string
 	demo       bool
 	saveDemo   string
@@ -85,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
+	fs.StringVar(&o.fork, "fork", "", "show FILE's what-if fork `FORK` beside it ('broadside replay fork'); Tab switches between the two")
 	fs.StringVar(&o.live, "live", "", "follow the live server at `ADDR` as a spectator")
 	fs.BoolVar(&o.demo, "demo", false, "play a bot match in memory and show it")
 	fs.Uint64Var(&o.seed, "seed", 3, "--demo: world and bot seed")
@@ -171,7 +173,15 @@ func openSource(ctx context.Context, o options) (viewer.Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return r, nil
+		if o.fork == "" {
+			return r, nil
+		}
+		f, err := viewer.OpenRecording(ctx, o.fork)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		return viewer.NewForkPair(r, f), nil
 	}
 }
 

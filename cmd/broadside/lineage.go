@@ -10,6 +10,7 @@ import (
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/demo/sinking"
 	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/spf13/cobra"
 )
 
@@ -54,6 +55,7 @@ re-simulating the match without a command.`,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&lf.storeDir, "store", "", "lineage store `DIR` (Pebble)")
+	pf.StringVar(&lf.recording, "recording", "", "answer from a recording's lineage (`FILE`.bsr; a fork's too) instead of a store")
 	if store == nil {
 		pf.StringVar(&lf.serverURL, "server", "", "ask a running server's admin endpoint (`URL`, e.g. http://127.0.0.1:9090) instead of a store")
 		pf.StringVar(&lf.adminTokenFile, "admin-token-file", "", "with --server: the admin bearer token file (serve --admin-token-file)")
@@ -68,6 +70,7 @@ re-simulating the match without a command.`,
 type lineageFlags struct {
 	storeDir, serverURL string
 	adminTokenFile      string
+	recording           string
 	asJSON              bool
 	// store, if not nil, answers instead of --store.
 	store lineage.Store
@@ -89,8 +92,20 @@ func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index)
 		}
 		return fn(ix)
 	}
+	if lf.recording != "" {
+		r, err := bsr.Open(lf.recording)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		ix, err := r.Lineage()
+		if err != nil {
+			return err
+		}
+		return fn(ix)
+	}
 	if lf.storeDir == "" {
-		return errors.New("--store DIR or --server URL is required")
+		return errors.New("--store DIR, --recording FILE or --server URL is required")
 	}
 	if _, err := os.Stat(lf.storeDir); err != nil {
 		return fmt.Errorf("lineage store %s: %w", lf.storeDir, err)

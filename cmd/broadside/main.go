@@ -36,5 +36,6 @@ Start with 'broadside demo'.`,
 		newLineageCmd(), newBenchCmd(), newKeygenCmd(), newCertCmd())
 	root.AddCommand(newReplayCmd())
 	root.AddCommand(newSectorCmd())
+	root.AddCommand(newViewCmd())
 	return root
 }

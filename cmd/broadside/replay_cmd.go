@@ -74,7 +74,9 @@ generates ('serve' itself writes none).
   info     what a recording holds
   verify   re-simulate every tick and compare its hash; name the first tick,
            entity and field that differ (exit status 1)
-  seek     the state at a tick, and how long the seek took`,
+  seek     the state at a tick, and how long the seek took
+  fork     re-simulate from a tick with changed inputs (what-if), into a new recording
+  diff     every entity that differs between two recordings, and why`,
 		Example: `  broadside replay export --bots 200 --minutes 5 -o match.bsr
   broadside replay info match.bsr
   broadside replay verify match.bsr
@@ -83,7 +85,7 @@ generates ('serve' itself writes none).
   broadside demo --duration 6s --recording demo.bsr
   broadside replay verify demo.bsr`,
 	}
-	cmd.AddCommand(newReplayExportCmd(), newReplayInfoCmd(), newReplayVerifyCmd(), newReplaySeekCmd())
+	cmd.AddCommand(newReplayExportCmd(), newReplayInfoCmd(), newReplayVerifyCmd(), newReplaySeekCmd(), newReplayForkCmd(), newReplayDiffCmd())
 	return cmd
 }
 
@@ -583,7 +585,7 @@ func verifyJSON(res bsr.VerifyResult) map[string]any {
 	if !res.OK {
 		m["first_tick"], m["shard"], m["want"], m["got"] = res.FirstTick, res.Shard, fmt.Sprintf("%#x", res.Want), fmt.Sprintf("%#x", res.Got)
 		m["diff_tick"], m["table"], m["slot"], m["offset"] = res.DiffTick, res.Table, res.Slot, res.Offset
-		m["entity"], m["field"] = res.Entity, res.Field
+		m["entity"], m["field"], m["exact"] = res.Entity, res.Field, res.Exact
 	}
 	return m
 }
@@ -604,7 +606,11 @@ func printVerify(w io.Writer, r *bsr.Reader, res bsr.VerifyResult) {
 	case res.Slot < 0 && res.Offset < 0 && res.Entity == "":
 		fmt.Fprintf(w, "  at tick %d the re-simulated state equals the recorded snapshot: the recorded hash is wrong, or the states converged again\n", res.DiffTick)
 	default:
-		fmt.Fprintf(w, "  first difference at the snapshot of tick %d: %s", res.DiffTick, res.Entity)
+		where := fmt.Sprintf("at the snapshot of tick %d", res.DiffTick)
+		if res.Exact {
+			where = fmt.Sprintf("at tick %d itself (located by %s)", res.DiffTick, res.LocatedBy)
+		}
+		fmt.Fprintf(w, "  first difference %s: %s", where, res.Entity)
 		if res.Field != "" {
 			fmt.Fprintf(w, ", field %s", res.Field)
 		}

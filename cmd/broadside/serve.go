@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -67,6 +66,7 @@ type serveOptions struct {
 	retain     time.Duration
 	record     string
 	signKey    string
+	viewerDir  string
 	// worldURL (--world) makes the server a front end of a world whose
 	// sectors run on sector workers: their frames come from its NATS.
 	worldURL    string
@@ -125,6 +125,7 @@ it; in production give --cert and --key.`,
 	f.StringVar(&o.keyFile, "key", "", "production: private key file")
 	f.StringVar(&o.secretFile, "secret-file", "broadside-dev/server.secret", "player token secret (created if missing)")
 	f.StringVar(&o.dataDir, "data", "broadside-dev/data", "data directory: the embedded command log (log/: shards, write-ahead logs, coordinator) and the world's snapshot and lineage stores (world/)")
+	f.StringVar(&o.viewerDir, "viewer-dir", "", "host the browser viewer (make viewer-wasm builds it into bin/web) at /viewer/ on the admin address, behind its auth, following this server as a spectator")
 	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /world/hashes?from=T (every sector's state hash per tick, to check against a re-simulation), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server')")
 	f.StringVar(&o.adminToken, "admin-token-file", "", "file holding the admin bearer token (first line, at least 16 bytes): every admin request then needs 'Authorization: Bearer TOKEN'; required when --admin-addr is not loopback")
 	f.StringSliceVar(&o.adminHosts, "admin-hosts", nil, "further host names admin clients may use (the Host header of every admin request must be localhost, a loopback address, --admin-addr's host or one of these: DNS rebinding is refused)")
@@ -254,9 +255,13 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		}
 		return nil
 	}
-	var storing storingCheck
+	var storing world.StoringCheck
+	adminHandlers := worldHandlers(worldRef.Load, world.ExportConfig{Log: exportLog, BytesPerSecond: o.exportRate}, storing.Err)
+	if err := addViewer(adminHandlers, o, secret); err != nil {
+		return err
+	}
 	if err := serveAdminGuarded(ctx, adminauth.Options{Addr: o.adminAddr, TokenFile: o.adminToken, Hosts: o.adminHosts}, reg, log,
-		worldHandlers(worldRef.Load, world.ExportConfig{Log: exportLog, BytesPerSecond: o.exportRate}, storing.err)); err != nil {
+		adminHandlers); err != nil {
 		return err
 	}
 
@@ -276,15 +281,15 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	}
 	defer closeLog()
 	exportRef.Store(&exportc)
-	storing.set(logStoring)
-	go storing.watch(ctx, log)
+	storing.Set(logStoring)
+	go storing.Watch(ctx, log)
 
 	frames := world.NewFrames(game.Shards, game.NewFrame)
 	srv, err := server.New(server.Config{
 		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc, Durability: server.DurabilityOf(durability),
 		Limits: server.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
 		State: broadside.NewStateSource(frames), SpectatorDelay: specDelay,
-		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config, Storing: storing.err, Admission: o.admission,
+		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config, Storing: storing.Err, Admission: o.admission,
 	})
 	if err != nil {
 		return err
@@ -371,6 +376,9 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog world.Log, sectors int, frames *world.Frames, publish func(uint64), log *slog.Logger) (stop func(), err error) {
 	if !o.useLog {
 		return nil, errors.New("--world needs the world's command log: --log and its log- flags (as the workers')")
+	}
+	if o.record != "" {
+		return nil, errors.New("--record is not supported with --world yet")
 	}
 	connOpts, err := o.worldNATS.connOptions()
 	if err != nil {
@@ -461,47 +469,6 @@ func openServerLog(ctx context.Context, o serveOptions, d seq.Durability, log *s
 	return el.Log(), el.World(), e, el.Storing, func() { e.Close(); el.Close() }, nil
 }
 
-// storingCheck is whether the command log can store, for /readyz and the
-// game server (which refuses commands busy meanwhile); set once the log
-// is open, nil before (and for an external log).
-type storingCheck struct{ f atomic.Pointer[func() error] }
-
-func (c *storingCheck) set(f func() error) {
-	if f != nil {
-		c.f.Store(&f)
-	}
-}
-
-func (c *storingCheck) err() error {
-	if f := c.f.Load(); f != nil {
-		return (*f)()
-	}
-	return nil
-}
-
-// watch logs one line when the log stops being able to store and one when
-// it can again (the nodes log each failure of their own at their level).
-func (c *storingCheck) watch(ctx context.Context, log *slog.Logger) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	var since time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		switch err := c.err(); {
-		case err != nil && since.IsZero():
-			since = time.Now()
-			log.Error("refusing commands busy: "+err.Error(), "readyz", "not ready")
-		case err == nil && !since.IsZero():
-			log.Info("the command log stores again: accepting commands", "after", time.Since(since).Round(time.Millisecond))
-			since = time.Time{}
-		}
-	}
-}
-
 // serveAdmin serves /metrics and /debug/pprof on addr until ctx ends,
 // loopback only (no token: beyond loopback it logs why and serves
 // nothing), behind the Host allow-list.
@@ -512,39 +479,8 @@ func serveAdmin(ctx context.Context, addr string, reg *prometheus.Registry, log 
 }
 
 // serveAdminGuarded serves /metrics, /debug/pprof and extra on o.Addr
-// (empty: nothing) until ctx ends, every handler behind the guard o
-// describes; it refuses an address beyond loopback without a token.
+// (empty: nothing) until ctx ends, behind the guard o describes
+// (adminauth.Serve).
 func serveAdminGuarded(ctx context.Context, o adminauth.Options, reg *prometheus.Registry, log *slog.Logger, extra map[string]http.Handler) error {
-	addr := o.Addr
-	if addr == "" {
-		return nil
-	}
-	guard, err := adminauth.New(o)
-	if err != nil {
-		return err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	for path, h := range extra {
-		mux.Handle(path, h)
-	}
-	srv := &http.Server{Addr: addr, Handler: guard.Wrap(mux), ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 2 * time.Minute}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}()
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
-			log.Error("admin server", "addr", addr, "err", err)
-		}
-	}()
-	log.Info("admin", "metrics", "http://"+addr+"/metrics", "pprof", "http://"+addr+"/debug/pprof/", "bearer token", o.TokenFile != "")
-	return nil
+	return adminauth.Serve(ctx, o, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), log, extra)
 }

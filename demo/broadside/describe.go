@@ -2,6 +2,8 @@ package broadside
 
 import (
 	"fmt"
+
+	"github.com/anoptic/broadside/replay/table"
 )
 
 // The sector's tables and record fields by table id, as verify names a
@@ -106,4 +108,19 @@ func (s *Sector) DescribeRecord(tableID uint32, slot, offset int) (entity, field
 		}
 	}
 	return entity, fmt.Sprintf("byte %d", offset)
+}
+
+// FieldLayout returns the sector's record layouts (the start offset of
+// every field, by table id) for the field sums of recordings
+// (bsr.FieldLayouter): verify then names the field that diverged.
+func (s *Sector) FieldLayout() table.Layout {
+	l := table.Layout{}
+	for id, lay := range sectorLayout {
+		offs := make([]int, len(lay.fields))
+		for i, f := range lay.fields {
+			offs[i] = f.off
+		}
+		l[id] = offs
+	}
+	return l
 }

@@ -12,6 +12,7 @@ import (
 // Scene returns what the viewer shows now.
 func (m *Model) Scene() *Scene {
 	m.cam.Viewport = m.viewport()
+	m.centreOnShip()
 	s := &Scene{Width: m.width, Height: m.height, Background: ColorOutside, Camera: m.cam}
 	x, xerr := m.Explanation()
 	m.buildWorld(s, x)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/lineage"
-	"github.com/anoptic/broadside/netcode/client"
+	"github.com/anoptic/broadside/netcode/wire"
 )
 
 // LiveOptions configures DialLive.
@@ -46,7 +46,7 @@ type LiveOptions struct {
 // broadside.ApplyDelta), keeps the last History ticks to seek back in,
 // and reports its last tick growing. It carries no lineage.
 type Live struct {
-	client *client.Client
+	client Feed
 	world  World
 	keep   int
 
@@ -79,34 +79,42 @@ type StatusSource interface {
 	Status() string
 }
 
-// DialLive connects to the server at o.Addr as a spectator and waits for
-// the first state update.
-func DialLive(ctx context.Context, o LiveOptions) (*Live, error) {
-	if o.Token == "" {
-		return nil, errors.New("viewer: live mode needs a token (broadside token --player NAME)")
-	}
+// Feed is a spectator session: the session protocol's Welcome, then a
+// state update per tick, each acknowledged so that later ones can be
+// deltas against it. A *client.Client over QUIC is one (DialLive); a
+// browser's WebSocket session is another (package wsfeed).
+type Feed interface {
+	Welcome() wire.Welcome
+	Updates() <-chan wire.StateUpdate
+	AckState(tick uint64) error
+	Done() <-chan struct{}
+	Err() error
+	Close() error
+}
+
+// NewLive follows feed, whose session is open, as DialLive does: the
+// world is the one its Welcome describes (or o.Config, if o.Fixed or the
+// Welcome describes none); o.Addr names it. It waits for the first state
+// update.
+func NewLive(ctx context.Context, feed Feed, o LiveOptions) (*Live, error) {
 	if o.History <= 0 {
 		o.History = 60 * broadside.TickRate
 	}
-	c, err := client.Dial(ctx, client.Config{Addr: o.Addr, TLS: o.TLS, Token: o.Token, Spectator: true})
-	if err != nil {
-		return nil, fmt.Errorf("viewer: live %s: %w", o.Addr, err)
-	}
-	if world := c.Welcome().World; len(world) > 0 && !o.Fixed {
+	if world := feed.Welcome().World; len(world) > 0 && !o.Fixed {
 		var cfg broadside.Config
 		if err := cfg.UnmarshalBinary(world); err != nil {
-			c.Close()
+			feed.Close()
 			return nil, fmt.Errorf("viewer: live %s: the server's world: %w", o.Addr, err)
 		}
 		o.Config = cfg
 	}
 	w, err := WorldOf("live: "+o.Addr, o.Config)
 	if err != nil {
-		c.Close()
+		feed.Close()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	l := &Live{client: c, world: w, keep: o.History,
+	l := &Live{client: feed, world: w, keep: o.History,
 		bases: map[uint64]*broadside.Frame{}, cancel: cancel, done: make(chan struct{})}
 	if o.Lineage != "" {
 		l.lineage = lineage.NewHTTPStore(strings.TrimSuffix(o.Lineage, "/") + "/lineage/store").WithToken(o.LineageToken)

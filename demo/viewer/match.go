@@ -1,3 +1,5 @@
+//go:build !js
+
 package viewer
 
 import (
@@ -112,15 +114,6 @@ func PlayMatch(ctx context.Context, o MatchOptions) (*MatchSource, error) {
 		return nil, err
 	}
 	return src, nil
-}
-
-// WorldOf describes the world of cfg for the viewer (its map).
-func WorldOf(title string, cfg broadside.Config) (World, error) {
-	m, err := broadside.MapOf(cfg)
-	if err != nil {
-		return World{}, err
-	}
-	return World{Title: title, Width: m.Width, Height: m.Height, Islands: m.Islands, Sectors: m.Sectors, TickRate: broadside.TickRate}, nil
 }
 
 func cloneCommands(in []replay.Command) []replay.Command {

@@ -42,6 +42,11 @@ const (
 	KeyPanDown
 	KeyZoomIn
 	KeyZoomOut
+	// KeyFollow keeps the selected ship in the middle of the sea's free
+	// part as it moves (again: stop).
+	KeyFollow
+	// KeySwitch shows the other recording of a ForkPair.
+	KeySwitch
 )
 
 // Shortcut documents a key binding for the help overlay.
@@ -61,6 +66,7 @@ var Shortcuts = []Shortcut{
 	{"W A S D / drag", "pan"},
 	{"wheel, Z / X", "zoom in / out"},
 	{"F", "fit the whole sea"},
+	{"C", "follow the selected ship (again: stop)"},
 	{"H or ?", "toggle this help"},
 }
 
@@ -113,9 +119,11 @@ type Model struct {
 	follow  bool // live: stay at the last tick
 
 	selected lineage.EntityID
-	explain  *Explanation
-	whyErr   error
-	whyKey   struct {
+	// followShip keeps the camera on the selected ship.
+	followShip bool
+	explain    *Explanation
+	whyErr     error
+	whyKey     struct {
 		e    lineage.EntityID
 		tick uint64
 	}
@@ -332,7 +340,18 @@ func (m *Model) Key(k Key) {
 			m.Select(0)
 		}
 	case KeyFit:
+		m.followShip = false
 		m.Fit()
+	case KeyFollow:
+		m.followShip = m.selected != 0 && !m.followShip
+		if m.followShip {
+			m.autoFit = false
+			m.centreOnShip()
+		}
+	case KeySwitch:
+		if p, ok := m.src.(*ForkPair); ok && p.Switch() == nil {
+			m.world = m.src.World()
+		}
 	case KeyPanLeft:
 		m.pan(panStep, 0)
 	case KeyPanRight:
@@ -362,6 +381,9 @@ func (m *Model) togglePlay() {
 
 // Select selects entity e (0: none).
 func (m *Model) Select(e lineage.EntityID) {
+	if e == 0 {
+		m.followShip = false
+	}
 	if e != m.selected {
 		wasOpen := m.selected != 0
 		m.selected, m.explain, m.whyErr = e, nil, nil
@@ -383,8 +405,31 @@ func (m *Model) zoom(at Point, factor float64) {
 }
 
 func (m *Model) pan(dx, dy float64) {
+	m.followShip = false
 	m.cam.Pan(dx, dy)
 	m.autoFit = false
+}
+
+// FollowingShip reports whether the camera follows the selected ship.
+func (m *Model) FollowingShip() bool { return m.followShip }
+
+// centreOnShip moves the camera so that the selected ship is drawn in the
+// middle of the part of the sea the panel leaves free (when it is in the
+// frame shown: a ship in transit between sectors keeps the camera still).
+func (m *Model) centreOnShip() {
+	if !m.followShip {
+		return
+	}
+	v, ok := m.src.Frame().Ship(m.selected)
+	if !ok {
+		return
+	}
+	m.cam.Viewport = m.viewport()
+	vp := m.cam.Viewport
+	want := Point{vp.X + (vp.W-m.PanelRect().W)/2, vp.Y + vp.H/2}
+	at := m.ShipScreenPos(v)
+	m.cam.Center.X += (at.X - want.X) / m.cam.Zoom
+	m.cam.Center.Y -= (at.Y - want.Y) / m.cam.Zoom
 }
 
 // Wheel zooms by dy wheel notches at screen point p.

@@ -492,3 +492,56 @@ func TestHelpOverlay(t *testing.T) {
 		t.Fatal("a click should only close the help")
 	}
 }
+
+// TestFollowShip: C keeps the selected ship in the middle of the free sea
+// as it sails; a pan stops following, so do Esc and F.
+func TestFollowShip(t *testing.T) {
+	m, _ := newTestModel(t)
+	m.SeekTo(300)
+	v := isolatedShip(t, m)
+	m.Key(KeyFollow)
+	if m.FollowingShip() {
+		t.Fatal("C with no selection follows")
+	}
+	m.Select(v.ID)
+	m.Key(KeyZoomIn)
+	m.Key(KeyFollow)
+	if !m.FollowingShip() {
+		t.Fatal("C did not follow the selected ship")
+	}
+	vp := m.Camera().Viewport
+	want := Point{vp.X + (vp.W-m.PanelRect().W)/2, vp.Y + vp.H/2}
+	moved := 0.0
+	for i := 0; i < 60; i++ {
+		before, _ := m.Source().Frame().Ship(v.ID)
+		m.Key(KeyStepForward)
+		m.Scene()
+		now, ok := m.Source().Frame().Ship(v.ID)
+		if !ok {
+			continue
+		}
+		bx, by := before.Meters()
+		nx, ny := now.Meters()
+		moved += math.Hypot(nx-bx, ny-by)
+		if p := m.ShipScreenPos(now); math.Hypot(p.X-want.X, p.Y-want.Y) > 1e-6 {
+			t.Fatalf("tick %d: followed ship drawn at %v, want %v", m.Tick(), p, want)
+		}
+	}
+	if moved < 10 {
+		t.Fatalf("the ship moved only %.1f m: nothing was followed", moved)
+	}
+	m.Key(KeyPanLeft)
+	if m.FollowingShip() {
+		t.Fatal("a pan kept following")
+	}
+	m.Key(KeyFollow)
+	m.Key(KeyFit)
+	if m.FollowingShip() {
+		t.Fatal("F kept following")
+	}
+	m.Key(KeyFollow)
+	m.Key(KeyEscape)
+	if m.FollowingShip() || m.Selected() != 0 {
+		t.Fatal("Esc kept following")
+	}
+}

@@ -1,6 +1,7 @@
 package viewer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -68,6 +69,27 @@ func OpenRecordingWith(ctx context.Context, path string, o RecordingOptions) (*R
 	return rec, nil
 }
 
+// OpenRecordingBytes opens the recording held in data (a browser fetched
+// it from a URL or read a file the user picked), named name, as
+// OpenRecordingWith opens a file.
+func OpenRecordingBytes(ctx context.Context, name string, data []byte, o RecordingOptions) (*Recording, error) {
+	r, err := bsr.NewReader(memFile{bytes.NewReader(data)}, name, int64(len(data)))
+	if err != nil {
+		return nil, err
+	}
+	rec, err := newRecording(r, name, o)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("viewer: %s: %w", name, err)
+	}
+	return rec, nil
+}
+
+// memFile is a recording in memory, as a bsr.File.
+type memFile struct{ *bytes.Reader }
+
+func (memFile) Close() error { return nil }
+
 func newRecording(r *bsr.Reader, path string, o RecordingOptions) (*Recording, error) {
 	h := r.Header()
 	if h.Game != broadside.GameName {
@@ -114,11 +136,32 @@ func (rec *Recording) newSim(shard uint32) (replay.TableSim, error) {
 	return broadside.NewSector(rec.cfg, int(shard))
 }
 
+// newYieldingSim is newSim for the background verification: its sectors
+// give the browser a turn between ticks (yieldCPU), since Verify's
+// workers otherwise compute without a pause.
+func (rec *Recording) newYieldingSim(shard uint32) (replay.TableSim, error) {
+	s, err := broadside.NewSector(rec.cfg, int(shard))
+	if err != nil {
+		return nil, err
+	}
+	return yieldingSector{s}, nil
+}
+
+// yieldingSector is a sector that calls yieldCPU before each step.
+type yieldingSector struct{ *broadside.Sector }
+
+// Step implements replay.Sim.
+func (s yieldingSector) Step(tick uint64, cmds []replay.Command, rec lineage.Recorder) []replay.Output {
+	yieldCPU()
+	return s.Sector.Step(tick, cmds, rec)
+}
+
 // runVerify re-simulates the recording and records the outcome.
 func (rec *Recording) runVerify(ctx context.Context) {
 	defer close(rec.done)
 	last := rec.r.LastTick()
-	res, err := bsr.Verify(ctx, rec.r, rec.newSim, func(tick uint64) {
+	res, err := bsr.Verify(ctx, rec.r, rec.newYieldingSim, func(tick uint64) {
+		yieldCPU()
 		rec.mu.Lock()
 		if rec.verify.State == VerifyRunning {
 			rec.verify.Detail = fmt.Sprintf("tick %d of %d", tick, last)

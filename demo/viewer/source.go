@@ -112,3 +112,12 @@ type SinkingSource interface {
 	// the ship of player sank at tick sunkAt.
 	AfloatSince(player uint32, sunkAt uint64) (uint64, bool)
 }
+
+// WorldOf describes the world of cfg for the viewer (its map).
+func WorldOf(title string, cfg broadside.Config) (World, error) {
+	m, err := broadside.MapOf(cfg)
+	if err != nil {
+		return World{}, err
+	}
+	return World{Title: title, Width: m.Width, Height: m.Height, Islands: m.Islands, Sectors: m.Sectors, TickRate: broadside.TickRate}, nil
+}

@@ -488,11 +488,15 @@ func (w *simWorld) measureReplay(ctx context.Context, res *simResults) error {
 	end := res.genTicks
 	entries := w.log.Entries(w.retained)
 	w.progress("replaying up to %d ticks of the recording: each shard alone, then the world in parallel", res.replayTicks)
+	// The shards of one replay share the entries' verification: each
+	// envelope is verified once, not once per shard.
+	var shared *replay.VerifiedEntries
 	run := func(r replay.Restored, shard int) (*replay.Runner, error) {
 		return replay.NewRunner(replay.RunnerConfig{World: simWorldID, Shard: uint32(shard), Sim: r.Sim,
-			Source: replay.NewSliceSource(entries, r.Start.Pos+1), Start: r.Start, Logger: w.opts.log})
+			Source: shared.Source(r.Start.Pos + 1), Start: r.Start, Logger: w.opts.log})
 	}
 	for i, r := range w.replayFrom[0] {
+		shared = replay.NewVerifiedEntries(entries)
 		runner, err := run(r, i)
 		if err != nil {
 			return err
@@ -508,6 +512,7 @@ func (w *simWorld) measureReplay(ctx context.Context, res *simResults) error {
 	errs := make([]error, len(w.replayFrom[1]))
 	first := end
 	t0 := time.Now()
+	shared = replay.NewVerifiedEntries(entries)
 	for i, r := range w.replayFrom[1] {
 		first = min(first, r.Start.Tick)
 		runner, err := run(r, i)

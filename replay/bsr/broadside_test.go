@@ -274,7 +274,7 @@ func TestBroadsideVerifyNamesDivergence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.OK || res.FirstTick != 250 || res.Shard != 1 || res.DiffTick != 255 || res.Table != 3 || res.Offset != 16 {
+	if res.OK || !res.Exact || res.FirstTick != 250 || res.Shard != 1 || res.DiffTick != 250 || res.Table != 3 || res.Offset != 16 || res.Field != "hull" {
 		t.Fatalf("%+v", res)
 	}
 	t.Log(res.Detail)

@@ -250,12 +250,17 @@ const (
 	// signed note) of the log's Merkle tree after tick First (= Last):
 	// Aux1 is the tick marker's position, Aux2 the tree size.
 	KindCheckpoint ChunkKind = 8
+	// KindFields holds, for ticks First..Last (positions Aux1, Aux2 as
+	// in KindTicks), every shard's field sums (table.FieldSums): what
+	// lets verify name the first diverging entity and field at the tick
+	// itself.
+	KindFields ChunkKind = 9
 )
 
 // FlagFull marks a full snapshot.
 const FlagFull = 1
 
-func (k ChunkKind) valid() bool { return k >= KindTicks && k <= KindCheckpoint }
+func (k ChunkKind) valid() bool { return k >= KindTicks && k <= KindFields }
 
 // String names k.
 func (k ChunkKind) String() string {
@@ -276,6 +281,8 @@ func (k ChunkKind) String() string {
 		return "tree"
 	case KindCheckpoint:
 		return "checkpoint"
+	case KindFields:
+		return "fields"
 	}
 	return fmt.Sprintf("kind %d", uint8(k))
 }
@@ -365,7 +372,7 @@ func (c *chunkRef) check(shards uint32) error {
 		return fail("%d raw, %d stored bytes", c.Raw, c.Stored)
 	}
 	switch c.Kind {
-	case KindTicks, KindCommands, KindMeta, KindTree, KindCheckpoint:
+	case KindTicks, KindCommands, KindMeta, KindTree, KindCheckpoint, KindFields:
 		if c.Raw > MaxCachedRaw {
 			return fail("%s of %d raw bytes exceeds the budget of %d", c.Kind, c.Raw, MaxCachedRaw)
 		}
@@ -374,7 +381,7 @@ func (c *chunkRef) check(shards uint32) error {
 		return fail("negative offset")
 	}
 	switch c.Kind {
-	case KindTicks, KindCommands:
+	case KindTicks, KindCommands, KindFields:
 		if c.First == 0 || c.Last < c.First || c.Last-c.First >= MaxChunkTicks || c.Aux2 < c.Aux1 || c.Flags != 0 || c.Shard != 0 {
 			return fail("%s of ticks %d..%d, positions %d..%d", c.Kind, c.First, c.Last, c.Aux1, c.Aux2)
 		}

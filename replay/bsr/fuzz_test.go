@@ -142,6 +142,32 @@ func FuzzDecodePayloads(f *testing.F) {
 				t.Fatalf("checkpoint %+v, chunk says tick %d size %d", cp, first, aux2)
 			}
 			_, _ = openCheckpoint(raw, &c, testVerifier(t))
+		case KindFields:
+			if c.check(uint32(shards)) == nil {
+				if fs, err := decodeFields(raw, &c, int(shards)); err == nil && uint64(len(fs)) != (last-first+1)*uint64(shards) {
+					t.Fatalf("%d field sums for ticks %d..%d of %d shards", len(fs), first, last, shards)
+				}
+			}
+		}
+	})
+}
+
+// FuzzDecodeForkMeta decodes the metadata values of forks and field
+// layouts: errors, never a panic, and what decodes re-encodes the same.
+func FuzzDecodeForkMeta(f *testing.F) {
+	f.Add(appendForkInfo(nil, &ForkInfo{Of: "m.bsr", At: 300, From: 255, WithoutPlayers: []uint32{2}, Dropped: []uint64{9, 12}, AsBot: []uint32{4}, Removed: 7}))
+	f.Add(appendLayout(nil, map[uint32][]int{3: {0, 8, 12, 16}, 5: {0, 4}}))
+	f.Add([]byte{1, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if fi, err := decodeForkInfo(b); err == nil {
+			if again := appendForkInfo(nil, &fi); string(again) != string(b) {
+				t.Fatalf("fork info %+v re-encodes differently", fi)
+			}
+		}
+		if l, err := decodeLayout(b); err == nil {
+			if again, err := decodeLayout(appendLayout(nil, l)); err != nil || len(again) != len(l) {
+				t.Fatalf("layout %v does not round-trip: %v", l, err)
+			}
 		}
 	})
 }

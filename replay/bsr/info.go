@@ -71,7 +71,7 @@ func (r *Reader) Info() Info {
 			}
 		}
 	}
-	for _, k := range []ChunkKind{KindCommands, KindTicks, KindSnapshot, KindLineage, KindMeta, KindTree, KindCheckpoint} {
+	for _, k := range []ChunkKind{KindCommands, KindTicks, KindSnapshot, KindLineage, KindMeta, KindTree, KindCheckpoint, KindFields} {
 		if v, ok := by[k]; ok {
 			in.Chunks = append(in.Chunks, *v)
 		}

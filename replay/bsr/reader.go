@@ -18,6 +18,7 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
 	"github.com/klauspost/compress/zstd"
 )
@@ -47,7 +48,7 @@ func sharedDecoder() (*zstd.Decoder, error) {
 // Reader reads a recording. Open it with Open; it is safe for concurrent
 // use (several Seekers may share one).
 type Reader struct {
-	f         *os.File
+	f         File
 	path      string
 	size      int64
 	h         Header
@@ -60,9 +61,10 @@ type Reader struct {
 	cmds    []chunkRef   // the contiguous run of Commands chunks from the base
 	snaps   [][]chunkRef // per shard, by tick (one per tick, the last written)
 	lineage []chunkRef
-	base    uint64 // tick of the state the recording starts from
-	basePos uint64 // position of its marker (0 for the start of the world)
-	last    uint64 // last tick with commands and hashes
+	fields  []chunkRef // KindFields, by first tick
+	base    uint64     // tick of the state the recording starts from
+	basePos uint64     // position of its marker (0 for the start of the world)
+	last    uint64     // last tick with commands and hashes
 
 	cacheMu     sync.Mutex
 	cache       map[int64]*list.Element
@@ -103,12 +105,34 @@ func open(path string, ignoreIndex bool) (*Reader, error) {
 	return r, nil
 }
 
+// File is what a Reader reads a recording from: an *os.File, or the bytes
+// of a recording held in memory (a browser fetched or picked it).
+type File interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// NewReader reads the recording of size bytes in f, named name (a path or
+// a URL: for messages), as Open reads a file; Close closes f.
+func NewReader(f File, name string, size int64) (*Reader, error) {
+	r, err := newReaderSized(f, name, size, false)
+	if err != nil {
+		return nil, fmt.Errorf("bsr: %s: %w", name, err)
+	}
+	return r, nil
+}
+
 func newReader(f *os.File, path string, ignoreIndex bool) (*Reader, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{f: f, path: path, size: st.Size(), cache: map[int64]*list.Element{}, lru: list.New(), cacheBudget: CacheBytes}
+	return newReaderSized(f, path, st.Size(), ignoreIndex)
+}
+
+func newReaderSized(f File, path string, size int64, ignoreIndex bool) (*Reader, error) {
+	r := &Reader{f: f, path: path, size: size, cache: map[int64]*list.Element{}, lru: list.New(), cacheBudget: CacheBytes}
+	var err error
 	var fixed [fileFixedLen]byte
 	if n, err := f.ReadAt(fixed[:], 0); n < 8 || (err != nil && !errors.Is(err, io.EOF)) {
 		if err != nil && !errors.Is(err, io.EOF) {
@@ -264,8 +288,11 @@ func (r *Reader) organize() {
 			r.snaps[c.Shard] = append(r.snaps[c.Shard], c)
 		case KindLineage:
 			r.lineage = append(r.lineage, c)
+		case KindFields:
+			r.fields = append(r.fields, c)
 		}
 	}
+	sort.SliceStable(r.fields, func(i, j int) bool { return r.fields[i].First < r.fields[j].First })
 	var notes []string
 	r.cmds, cmds = contiguous(cmds)
 	r.ticks, ticks = contiguous(ticks)
@@ -495,14 +522,40 @@ func (r *Reader) ticksChunk(c *chunkRef) (*ticksChunk, error) {
 }
 
 func (r *Reader) commandsChunk(c *chunkRef) ([]msg.Entry, error) {
+	cc, err := r.commandsChunkVerified(c)
+	if err != nil {
+		return nil, err
+	}
+	return cc.entries, nil
+}
+
+// cmdChunk is a decoded commands chunk: its entries and whether each
+// envelope passed the verifier (checked once, when decoded, for every
+// shard replaying it).
+type cmdChunk struct {
+	entries []msg.Entry
+	valid   []bool
+	envs    []wire.Envelope // decoded where valid
+}
+
+func (r *Reader) commandsChunkVerified(c *chunkRef) (*cmdChunk, error) {
 	v, err := r.cachedDecode(c, func(raw []byte) (any, int, error) {
 		es, err := decodeEntries(raw, c)
-		return es, entriesDecodedSize(len(es), len(raw)), err
+		if err != nil {
+			return nil, 0, err
+		}
+		cc := &cmdChunk{entries: es, valid: make([]bool, len(es)), envs: make([]wire.Envelope, len(es))}
+		for i := range es {
+			var err error
+			cc.envs[i], err = replay.DecodeEnvelope(es[i].Record.Data)
+			cc.valid[i] = err == nil
+		}
+		return cc, entriesDecodedSize(len(es), len(raw)) + len(es)*(1+envelopeSize), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.([]msg.Entry), nil
+	return v.(*cmdChunk), nil
 }
 
 // findRange returns the index in refs (a contiguous run) of the chunk
@@ -665,10 +718,24 @@ type entrySource struct {
 	refs    []chunkRef
 	ci      int // next chunk to load
 	entries []msg.Entry
+	valid   []bool
+	envs    []wire.Envelope
 	ei      int
 	from    uint64
 	to      uint64
+	last    bool // the last entry returned passed the verifier
+	env     wire.Envelope
 }
+
+// envelopeSize is what a decoded envelope costs the reader's cache.
+const envelopeSize = 88
+
+// LastEnvelope implements replay.DecodedSource.
+func (s *entrySource) LastEnvelope() (wire.Envelope, bool) { return s.env, s.last }
+
+// LastVerified implements replay.VerifiedSource: the entry Next returned
+// last was verified when its chunk was decoded.
+func (s *entrySource) LastVerified() bool { return s.last }
 
 // newEntrySource returns a source of r's entries in (from, to].
 func (r *Reader) newEntrySource(from, to uint64) *entrySource {
@@ -688,6 +755,7 @@ func (s *entrySource) Next(ctx context.Context) (msg.Entry, error) {
 			if e.Pos > s.to {
 				return msg.Entry{}, replay.ErrEndOfLog
 			}
+			s.last, s.env = s.valid[s.ei], s.envs[s.ei]
 			s.ei++
 			return e, nil
 		}
@@ -702,11 +770,12 @@ func (s *entrySource) Next(ctx context.Context) (msg.Entry, error) {
 		if c.Aux2 <= s.from {
 			continue
 		}
-		entries, err := s.r.commandsChunk(c)
+		cc, err := s.r.commandsChunkVerified(c)
 		if err != nil {
 			return msg.Entry{}, err
 		}
-		s.entries, s.ei = entries, 0
+		entries := cc.entries
+		s.entries, s.valid, s.envs, s.ei = entries, cc.valid, cc.envs, 0
 		if s.from > c.Aux1 {
 			s.ei = sort.Search(len(entries), func(i int) bool { return entries[i].Pos > s.from })
 		}

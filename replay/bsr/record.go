@@ -101,6 +101,15 @@ type RecordConfig struct {
 	// from position 1 unless Sims is set, in which case it starts at
 	// Start.Pos+1.
 	Signer note.Signer
+	// NoFieldSums records no field sums (40 bytes per shard and tick
+	// less; verify then names a divergence from the next snapshot, or by
+	// re-simulating twice when the re-simulation is nondeterministic).
+	NoFieldSums bool
+	// OnTick, if set, is called on Record's goroutine after every tick
+	// of every shard (during the runner's Observer: info's slices may be
+	// read only then). Forks use it to splice the sims' outputs into the
+	// log they feed back.
+	OnTick func(info replay.TickInfo)
 	// LinkSizes are tree sizes of earlier checkpoints (an earlier
 	// segment's last one) to which a signed recording carries consistency
 	// proofs from the tree it starts from; sizes beyond that tree are
@@ -169,6 +178,7 @@ type recorder struct {
 	runners []*replay.Runner
 	feeds   []*feedSource
 	obs     [][]replay.TickInfo
+	fsums   [][]table.FieldSums // per shard, the observed ticks' field sums (tracking)
 	lin     *lineage.Log
 	linSt   *writerLineage
 
@@ -181,8 +191,10 @@ type recorder struct {
 	entries  []msg.Entry // entries of the chunk being built
 	complete int         // entries[:complete] belong to stepped ticks
 	ticks    []TickRecord
-	hashes   []uint64 // backing of ticks' Hashes
-	prevPos  uint64   // position of the marker before the chunk
+	hashes   []uint64          // backing of ticks' Hashes
+	sums     []table.FieldSums // the ticks' field sums, tick-major (tracking)
+	tracking bool              // the sims keep field sums
+	prevPos  uint64            // position of the marker before the chunk
 
 	policy   *snapPolicy
 	caps     []*table.SetCapture
@@ -235,6 +247,7 @@ func newRecorder(cfg RecordConfig) (*recorder, error) {
 		r.caps = append(r.caps, new(table.SetCapture))
 	}
 	r.obs = make([][]replay.TickInfo, r.shards)
+	r.fsums = make([][]table.FieldSums, r.shards)
 	if r.base == cfg.Start.Tick {
 		if err := r.startRecording(cfg.Start); err != nil {
 			return nil, err
@@ -255,11 +268,19 @@ func newRecorder(cfg RecordConfig) (*recorder, error) {
 func (r *recorder) makeRunners(cps []replay.Checkpoint, rec lineage.Recorder) error {
 	r.runners = r.runners[:0]
 	for s := range r.shards {
-		obs := &r.obs[s]
+		obs, fs, sim := &r.obs[s], &r.fsums[s], r.sims[s]
 		run, err := replay.NewRunner(replay.RunnerConfig{
 			World: r.world, Shard: uint32(s), Sim: r.sims[s], Source: r.feeds[s], Start: cps[s],
 			Recorder: rec, CommandKind: r.cfg.CommandKind, HistoryTicks: 64, Logger: r.log,
-			Observer: func(info replay.TickInfo) { *obs = append(*obs, info) },
+			Observer: func(info replay.TickInfo) {
+				*obs = append(*obs, info)
+				if r.cfg.OnTick != nil {
+					r.cfg.OnTick(info)
+				}
+				if r.tracking {
+					*fs = append(*fs, sim.Tables().FieldSums())
+				}
+			},
 		})
 		if err != nil {
 			return fmt.Errorf("bsr: record: %w", err)
@@ -290,6 +311,9 @@ func (r *recorder) startRecording(cp replay.Checkpoint) error {
 		}
 	}
 	if err := r.writeTreeBase(cp); err != nil {
+		return err
+	}
+	if err := r.trackFields(); err != nil {
 		return err
 	}
 	if cp.Tick > 0 {
@@ -357,6 +381,7 @@ func (r *recorder) step(pos uint64) error {
 	for s, run := range r.runners {
 		r.feeds[s].reset(r.feed)
 		r.obs[s] = r.obs[s][:0]
+		r.fsums[s] = r.fsums[s][:0]
 		if err := run.Run(bg); err != nil {
 			r.broken = true
 			return fmt.Errorf("bsr: record: shard %d at tick %d: %w", s, r.cur, err)
@@ -385,6 +410,9 @@ func (r *recorder) step(pos uint64) error {
 			r.policy.observeStep(stepSum)
 			for s := range r.shards {
 				r.hashes = append(r.hashes, r.obs[s][i].Hash)
+				if r.tracking {
+					r.sums = append(r.sums, r.fsums[s][i])
+				}
 			}
 			r.ticks = append(r.ticks, TickRecord{Tick: tick, Pos: pos, Gap: r.obs[0][i].Gap})
 			r.stats.Ticks++
@@ -451,11 +479,18 @@ func (r *recorder) flush() error {
 	if err := r.w.writeChunk(ref, r.encBuf); err != nil {
 		return err
 	}
+	if r.tracking {
+		ref.Kind = KindFields
+		r.encBuf = appendFields(r.encBuf[:0], r.sums)
+		if err := r.w.writeChunk(ref, r.encBuf); err != nil {
+			return err
+		}
+	}
 	r.stats.Entries += uint64(len(done))
 	rest := copy(r.entries, r.entries[r.complete:])
 	clear(r.entries[rest:])
 	r.entries, r.complete = r.entries[:rest], 0
-	r.ticks, r.hashes = r.ticks[:0], r.hashes[:0]
+	r.ticks, r.hashes, r.sums = r.ticks[:0], r.hashes[:0], r.sums[:0]
 	r.prevPos = r.curPos
 	return r.checkpoint(last, false)
 }

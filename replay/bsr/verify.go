@@ -55,10 +55,24 @@ type VerifyResult struct {
 	// WantBytes and GotBytes are up to 8 bytes of the record from Offset,
 	// recorded and re-simulated.
 	WantBytes, GotBytes []byte
+	// Exact is true when the difference was located at FirstTick itself
+	// (DiffTick == FirstTick) from the recording's field sums, rather
+	// than at the next snapshot; Differences then lists every difference
+	// located there (the first is the one in Table, Slot and Offset).
+	Exact       bool
+	Differences []FieldDifference
+	// LocatedBy says how an exact difference was found: "the recorded
+	// field sums", or "two more re-simulations" (a nondeterministic step,
+	// in a recording without field sums).
+	LocatedBy string
 	// Detail explains the outcome in a sentence or two.
 	Detail string
 	Took   time.Duration
 }
+
+// ErrNothingToVerify is returned by Verify for a recording with no
+// complete tick to re-simulate.
+var ErrNothingToVerify = errors.New("bsr: verify: nothing to verify")
 
 // Verify re-simulates the recording from its base with one replay.Runner
 // per shard (shards in parallel) and compares every tick's state hash with
@@ -77,6 +91,10 @@ func Verify(ctx context.Context, r *Reader, newSim func(shard uint32) (replay.Ta
 		return res, errors.New("bsr: verify: newSim is required")
 	}
 	shards := int(r.h.Shards)
+	layout, err := r.FieldLayout()
+	if err != nil {
+		return res, err
+	}
 	at := make([]atomic.Uint64, shards)
 	outs := make([]shardVerify, shards)
 	errs := make([]error, shards+1)
@@ -95,7 +113,7 @@ func Verify(ctx context.Context, r *Reader, newSim func(shard uint32) (replay.Ta
 				return
 			}
 			defer func() { <-sem }()
-			outs[s], errs[s] = verifyShard(ctx, r, newSim, uint32(s), &at[s])
+			outs[s], errs[s] = verifyShard(ctx, r, newSim, layout, uint32(s), &at[s])
 			if errs[s] != nil {
 				cancel()
 			}
@@ -156,6 +174,17 @@ wait:
 			first = s
 		}
 	}
+	if first < 0 && res.Ticks == 0 {
+		// Nothing was checked: a recording cut before its first complete
+		// chunk (or a hostile one whose only chunk was dropped as a cut
+		// tail) must not pass as verified.
+		res.OK = false
+		why := "it holds no complete tick"
+		if r.truncated != "" {
+			why += " (" + r.truncated + ")"
+		}
+		return res, fmt.Errorf("%w: %s", ErrNothingToVerify, why)
+	}
 	if first < 0 {
 		res.Detail = fmt.Sprintf("%d ticks (%d..%d) of %d shards re-simulated: every state hash matches the recording", res.Ticks, r.FirstTick(), r.last, shards)
 		return res, nil
@@ -174,7 +203,7 @@ type shardVerify struct {
 // verifyShard re-simulates one shard from the base to the end, segment by
 // segment between its snapshots, and stops at the first snapshot at or
 // after a divergence to compare the states.
-func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.TableSim, error), shard uint32, at *atomic.Uint64) (shardVerify, error) {
+func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.TableSim, error), layout table.Layout, shard uint32, at *atomic.Uint64) (shardVerify, error) {
 	var out shardVerify
 	sim, err := newSim(shard)
 	if err != nil {
@@ -200,6 +229,7 @@ func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tab
 	var want []uint64
 	var segStart uint64
 	var div *VerifyResult
+	var locErr error
 	src := r.newEntrySource(r.basePos, r.basePos)
 	run, err := replay.NewRunner(replay.RunnerConfig{
 		World: r.h.World, Shard: shard, Sim: sim, Source: src,
@@ -212,6 +242,9 @@ func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tab
 			}
 			if w := want[i]; w != info.Hash {
 				div = &VerifyResult{FirstTick: info.Tick, Shard: shard, Want: w, Got: info.Hash}
+				// The sim is at the diverging tick now: locate the
+				// difference there if the recording has field sums.
+				_, locErr = locateExact(r, sim, layout, div)
 			}
 		},
 	})
@@ -248,11 +281,21 @@ func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tab
 		out.ticks = end - r.base
 		at.Store(end)
 		segStart = end
+		if locErr != nil {
+			return out, locErr
+		}
 		if div != nil {
 			out.diverged = true
 			div.OK = false
-			if err := describeDivergence(r, newSim, sim, end, div); err != nil {
-				return out, err
+			if !div.Exact {
+				if err := rerunTwice(ctx, r, newSim, div); err != nil {
+					return out, err
+				}
+			}
+			if !div.Exact {
+				if err := describeDivergence(r, newSim, sim, end, div); err != nil {
+					return out, err
+				}
 			}
 			out.res = *div
 			return out, nil
@@ -404,6 +447,8 @@ func checkChunks(ctx context.Context, r *Reader) (int, error) {
 			_, err = decodeTreeBase(raw, c)
 		case KindCheckpoint:
 			_, err = openCheckpoint(raw, c, nil)
+		case KindFields:
+			_, err = decodeFields(raw, c, int(r.h.Shards))
 		}
 		if err != nil {
 			return n, err
@@ -411,4 +456,71 @@ func checkChunks(ctx context.Context, r *Reader) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// rerunTwice is verify's search when the recording cannot locate a
+// divergence itself (no field sums): it re-simulates the diverged shard
+// twice more from the newest snapshot before the diverging tick to that
+// tick. If the two runs end in different states the re-simulation is
+// nondeterministic, and comparing them names the entity and field at the
+// tick itself; otherwise nothing is filled in (the next snapshot is
+// compared instead).
+func rerunTwice(ctx context.Context, r *Reader, newSim func(uint32) (replay.TableSim, error), d *VerifyResult) error {
+	rec, err := r.tickRecord(d.FirstTick)
+	if err != nil {
+		return err
+	}
+	start := replay.Checkpoint{Tick: r.base, Pos: r.basePos}
+	k := -1
+	for i, c := range r.snaps[d.Shard] {
+		if c.First < d.FirstTick && c.First >= r.base {
+			k = i
+		}
+	}
+	var sims [2]replay.TableSim
+	for i := range sims {
+		if sims[i], err = newSim(d.Shard); err != nil {
+			return fmt.Errorf("bsr: verify: new sim of shard %d: %w", d.Shard, err)
+		}
+		if k >= 0 {
+			tip := &r.snaps[d.Shard][k]
+			chain, _, err := r.loadChain(d.Shard, k)
+			if err != nil {
+				return err
+			}
+			if err := restoreChain(sims[i], chain, tip); err != nil {
+				return err
+			}
+			start = replay.Checkpoint{Tick: tip.First, Pos: tip.Aux1}
+		} else if r.base > 0 {
+			return nil // the base snapshot is the only state: nothing before it to start from
+		}
+		run, err := replay.NewRunner(replay.RunnerConfig{World: r.h.World, Shard: d.Shard, Sim: sims[i],
+			Source: r.newEntrySource(start.Pos, rec.Pos), Start: start, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			return err
+		}
+		if err := run.Run(ctx); err != nil {
+			return fmt.Errorf("bsr: verify shard %d: re-simulating to tick %d: %w", d.Shard, d.FirstTick, err)
+		}
+	}
+	diff, found := diffTables(sims[0].Tables(), sims[1].Tables())
+	if !found || diff.slot < 0 {
+		return nil
+	}
+	d.Exact, d.DiffTick, d.LocatedBy = true, d.FirstTick, "two more re-simulations: the step is nondeterministic"
+	d.Table, d.Slot, d.Offset = diff.table, diff.slot, diff.offset
+	d.WantBytes, d.GotBytes = diff.want, diff.got
+	if ds, ok := sims[0].(Describer); ok {
+		d.Entity, d.Field = ds.DescribeRecord(diff.table, diff.slot, diff.offset)
+	}
+	if d.Entity == "" {
+		d.Entity = fmt.Sprintf("table %d slot %d", diff.table, diff.slot)
+	}
+	if d.Field == "" && diff.offset >= 0 {
+		d.Field = fmt.Sprintf("byte %d", diff.offset)
+	}
+	d.Detail = fmt.Sprintf("shard %d diverged at tick %d: recorded hash %#x, re-simulated %#x; re-simulating it twice more from tick %d gives two different states at tick %d: the step is nondeterministic; %s differs in %s (% x in one run, % x in the other)",
+		d.Shard, d.FirstTick, d.Want, d.Got, start.Tick, d.FirstTick, d.Entity, d.Field, diff.want, diff.got)
+	return nil
 }

@@ -261,6 +261,10 @@ func (t *Table) rebuild(full *Capture, deltas []*Capture) (*Table, error) {
 	}
 	n.lowFree = n.lowestFree()
 	n.epoch = last.Epoch
+	if t.ft != nil {
+		n.ft = &fieldTrack{units: t.ft.units}
+		n.recomputeFields()
+	}
 	return n, nil
 }
 

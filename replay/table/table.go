@@ -109,6 +109,8 @@ type Table struct {
 	recHash  []uint64 // hash of each live record as of its last update
 	hash     uint64   // sum of recHash over live slots
 	epoch    uint64   // number of the last capture (0: none)
+
+	ft *fieldTrack // field sums (nil: not tracked; see TrackFields)
 }
 
 // New returns an empty table. id names the table in hashes and captures (a
@@ -248,6 +250,9 @@ func (t *Table) Alloc() (int, error) {
 	}
 	t.live[i>>6] |= 1 << (uint(i) & 63)
 	t.count++
+	if t.ft != nil {
+		t.addLive(i, false)
+	}
 	if t.policy == NextFit {
 		t.hash -= t.cursorHash()
 		t.cursor = i + 1
@@ -311,6 +316,9 @@ func (t *Table) grow() {
 	}
 	pg := len(t.pages) - 1
 	t.dirty[pg>>6] |= 1 << (uint(pg) & 63)
+	if t.ft != nil {
+		t.ft.slot = append(t.ft.slot, make([]uint32, t.perPage*FieldSyndromes)...)
+	}
 }
 
 // Free releases slot i. It does not write the record (so it does not dirty
@@ -322,6 +330,10 @@ func (t *Table) Free(i int) {
 	}
 	t.hash -= t.recHash[i]
 	t.recHash[i] = 0
+	if t.ft != nil {
+		t.unsumRecord(i)
+		t.addLive(i, true)
+	}
 	t.live[i>>6] &^= 1 << (uint(i) & 63)
 	t.count--
 	if i < t.lowFree {
@@ -380,6 +392,9 @@ func (t *Table) commit() {
 		h := HashBytes(recordSeed(t.id, i), t.record(i))
 		t.hash += h - t.recHash[i]
 		t.recHash[i] = h
+		if t.ft != nil {
+			t.sumRecord(i)
+		}
 	}
 	t.pend = t.pend[:0]
 }

@@ -1,8 +1,9 @@
-//go:build cgo
+//go:build cgo || js
 
 // Package ebitenview shows a viewer.Model in an Ebitengine window: it draws
 // the model's Scenes and feeds keyboard and mouse input back to it. It is
-// the only part of the viewer that needs cgo and a display.
+// the only part of the viewer that needs cgo and a display on the desktop;
+// in a browser (js/wasm) it draws with WebGL.
 package ebitenview
 
 import (
@@ -26,6 +27,10 @@ type Game struct {
 	tasks   []task
 	shots   []chan Shot
 	stopped bool
+
+	posted []func(*viewer.Model)
+	onDraw func(*viewer.Model, *viewer.Scene)
+	frames uint64
 
 	lastCursor image.Point
 	text       textLayers
@@ -53,6 +58,29 @@ func (g *Game) Do(fn func(*viewer.Model)) {
 	g.tasks = append(g.tasks, task{fn, done})
 	g.mu.Unlock()
 	<-done
+}
+
+// Post runs fn on the game's goroutine during the next Update, like Do,
+// but returns at once: the way a browser's JavaScript callbacks, which
+// must not block, act on the model.
+func (g *Game) Post(fn func(*viewer.Model)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.stopped {
+		g.posted = append(g.posted, fn)
+	}
+}
+
+// OnDraw sets fn to be called after every frame is drawn, with the model
+// and the scene drawn, on the game's goroutine (e.g. to publish the
+// viewer's state to a web page). Set it before RunGame.
+func (g *Game) OnDraw(fn func(*viewer.Model, *viewer.Scene)) { g.onDraw = fn }
+
+// Frames returns the number of frames drawn.
+func (g *Game) Frames() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.frames
 }
 
 // Shot is a frame read back from the screen, with the scene drawn in it.
@@ -92,8 +120,8 @@ func (g *Game) Stop() {
 // Update implements ebiten.Game.
 func (g *Game) Update() error {
 	g.mu.Lock()
-	stopped, tasks := g.stopped, g.tasks
-	g.tasks = nil
+	stopped, tasks, posted := g.stopped, g.tasks, g.posted
+	g.tasks, g.posted = nil, nil
 	g.mu.Unlock()
 	if stopped {
 		return ebiten.Termination
@@ -102,6 +130,9 @@ func (g *Game) Update() error {
 	for _, t := range tasks {
 		t.fn(g.model)
 		close(t.done)
+	}
+	for _, fn := range posted {
+		fn(g.model)
 	}
 	g.model.Update(1 / float64(ebiten.TPS()))
 	return nil
@@ -162,8 +193,14 @@ func (g *Game) handleInput() {
 	if inpututil.IsKeyJustPressed(ebiten.KeyEscape) {
 		press(viewer.KeyEscape)
 	}
+	if inpututil.IsKeyJustPressed(ebiten.KeyTab) {
+		press(viewer.KeySwitch)
+	}
 	if inpututil.IsKeyJustPressed(ebiten.KeyF) {
 		press(viewer.KeyFit)
+	}
+	if inpututil.IsKeyJustPressed(ebiten.KeyC) {
+		press(viewer.KeyFollow)
 	}
 	for _, b := range heldKeys {
 		if repeated(b.key) {
@@ -195,7 +232,11 @@ func (g *Game) Draw(screen *ebiten.Image) {
 	g.mu.Lock()
 	shots := g.shots
 	g.shots = nil
+	g.frames++
 	g.mu.Unlock()
+	if g.onDraw != nil {
+		g.onDraw(g.model, g.scene)
+	}
 	if len(shots) > 0 {
 		img := image.NewRGBA(screen.Bounds())
 		screen.ReadPixels(img.Pix)

@@ -7,10 +7,10 @@ DST_SEEDS ?= 500
 SOAK_SEEDS ?= 20000
 REPLAY_DST_SEEDS ?= 300
 
-.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard cluster generate fuzz bench dst-soak replay-dst-soak lint build viewer hostile forensics viewer-wasm browser browser-docs browser-perf
+.PHONY: test deps vet unit crash diskfull dst replay-dst faults jetstream-shard cluster frontend generate fuzz bench dst-soak replay-dst-soak lint build viewer hostile forensics viewer-wasm browser browser-docs browser-perf
 
 ## test: install missing system packages, vet, run every test (the deterministic simulators and the process fault test included)
-test: deps vet unit dst replay-dst faults jetstream-shard cluster crash diskfull hostile forensics viewer browser
+test: deps vet unit dst replay-dst faults jetstream-shard cluster frontend crash diskfull hostile forensics viewer browser
 
 ## deps: install what the tests need on a fresh Debian machine (flatc; cgo, X11/GL headers and Xvfb for the viewer)
 deps:
@@ -59,6 +59,11 @@ jetstream-shard:
 cluster:
 	$(GO) test -count=1 -timeout 5m -v -run 'TestClusterRealProcesses' ./cmd/broadside \
 	  | grep -E '^(cluster:|--- FAIL|FAIL|ok)|SIGKILL|SIGSTOP|lost|differ'
+
+## frontend: one world served by front ends (serve --world) from 2 sector workers' frames: bots on one front end, a player on the other; prints the frontend line
+frontend:
+	@out=$$($(GO) test -count=1 -timeout 3m -v -run 'TestFrontEndsRealProcesses' ./cmd/broadside 2>&1) || { echo "$$out" | grep -v '^=== RUN'; exit 1; }; \
+	  echo "$$out" | grep -E '^(frontend:|--- FAIL|FAIL|ok)'
 
 ## dst: the deterministic simulator over DST_SEEDS seeds, plus the injected-bug and fsync runs
 dst:

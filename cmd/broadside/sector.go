@@ -132,7 +132,7 @@ func runSector(ctx context.Context, out io.Writer, o sectorOptions) error {
 	}
 	defer closeLog()
 	w, err := natsworld.NewWorker(natsworld.WorkerConfig{World: o.world, Game: game, Log: logc, Leases: leases, Snapshots: snaps,
-		Publisher: nc, Ticker: o.ticker, Standby: o.standby, Logger: log,
+		Publisher: nc, Ticker: o.ticker, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
 		Policy: snapshot.Policy{MinInterval: o.minInterval}})
 	if err != nil {
 		return err

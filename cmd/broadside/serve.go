@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
+	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/embedded"
 	"github.com/anoptic/broadside/cmdlog/node"
 	"github.com/anoptic/broadside/cmdlog/seq"
@@ -27,6 +29,8 @@ import (
 	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/world"
+	"github.com/anoptic/broadside/replay/world/natsworld"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -63,6 +67,12 @@ type serveOptions struct {
 	record     string
 	signKey    string
 	viewerDir  string
+	// worldURL (--world) makes the server a front end of a world whose
+	// sectors run on sector workers: their frames come from its NATS.
+	worldURL    string
+	worldID     uint32
+	worldNATS   natsFlags
+	worldTicker bool
 	// killAtSnapshot, a test hook, SIGKILLs the process as it is about to
 	// store its Nth snapshot.
 	killAtSnapshot int
@@ -143,6 +153,10 @@ it; in production give --cert and --key.`,
 	_ = f.MarkHidden("test-kill-at-snapshot")
 	_ = f.MarkHidden("test-kill-at-restore")
 	o.external.registerPrefixed(f, "log-")
+	f.StringVar(&o.worldURL, "world", "", "be a front end of a world run by sector workers ('broadside sector'): nats://HOST:PORT of its NATS servers (comma separated), with --log and the log- flags of its command log; this process runs sessions and intake, no sectors, and serves players the frames the workers publish")
+	f.Uint32Var(&o.worldID, "world-id", 1, "with --world: the world id (as the workers' --world)")
+	f.BoolVar(&o.worldTicker, "ticker", false, "with --world: compete for the world's Ticker lease (with the workers' --ticker) and append the tick markers while holding it")
+	o.worldNATS.register(f, "")
 	return cmd
 }
 
@@ -284,16 +298,23 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	// tick's state.
 	frames.OnApplied(srv.NoteApplied)
 	beforePut, beforeGet := o.hooks()
-	running, err := world.Start(ctx, world.Config{
+	var running *world.World
+	if o.worldURL != "" {
+		stopFE, err := startFrontEnd(ctx, out, o, worldc, game.Shards, frames, srv.Publish, log)
+		if err != nil {
+			return err
+		}
+		defer stopFE()
+	} else if running, err = world.Start(ctx, world.Config{
 		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: worldc, Frames: frames, OnFrame: srv.Publish,
 		Logger: log, Registry: reg, Retain: o.retain, BeforeSnapshotPut: beforePut, BeforeSnapshotGet: beforeGet,
-	})
-	if err != nil {
+	}); err != nil {
 		return err
+	} else {
+		worldRef.Store(running)
 	}
-	worldRef.Store(running)
 	var rec *world.Recording
-	if o.record != "" {
+	if o.record != "" && running != nil {
 		var seg string
 		signer, err := loadSigner(o.signKey)
 		if err != nil {
@@ -316,7 +337,9 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	select {
 	case <-ctx.Done():
 	case err := <-served:
-		running.Stop(context.Background())
+		if running != nil {
+			running.Stop(context.Background())
+		}
 		return err
 	}
 	// Graceful shutdown: stop intake and let accepted commands become
@@ -327,11 +350,13 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err := srv.Drain(dctx); err != nil {
 		log.Warn("drain", "err", err)
 	}
-	final, err := running.Stop(dctx)
-	if err != nil {
-		log.Warn("final snapshot", "err", err)
-	} else {
-		fmt.Fprintf(out, "final snapshot of every sector stored at tick %d\n", final)
+	var final uint64 // a front end's: 0 (its workers snapshot their sectors)
+	if running != nil {
+		if final, err = running.Stop(dctx); err != nil {
+			log.Warn("final snapshot", "err", err)
+		} else {
+			fmt.Fprintf(out, "final snapshot of every sector stored at tick %d\n", final)
+		}
 	}
 	if rec != nil {
 		if _, err := rec.Finish(dctx, final); err != nil {
@@ -344,6 +369,64 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	err = <-served
 	fmt.Fprintln(out, "server stopped")
 	return err
+}
+
+// startFrontEnd runs the front end of the world --world names: each
+// tick's frame assembled from the parts its sector workers publish.
+func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog world.Log, sectors int, frames *world.Frames, publish func(uint64), log *slog.Logger) (stop func(), err error) {
+	if !o.useLog {
+		return nil, errors.New("--world needs the world's command log: --log and its log- flags (as the workers')")
+	}
+	if o.record != "" {
+		return nil, errors.New("--record is not supported with --world yet")
+	}
+	connOpts, err := o.worldNATS.connOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natscoord.Connect(o.worldURL, connOpts)
+	if err != nil {
+		return nil, err
+	}
+	fe, err := natsworld.NewFrontEnd(natsworld.FrontEndConfig{World: o.worldID, Sectors: sectors, Frames: frames, Conn: nc, OnFrame: publish, Logger: log})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	var leases *natsworld.Leases
+	if o.worldTicker {
+		js, err := jetstream.New(nc)
+		if err == nil {
+			host, _ := os.Hostname()
+			leases, err = natsworld.OpenLeases(ctx, js, natsworld.LeasesConfig{World: o.worldID, Worker: fmt.Sprintf("fe-%s-%d", sanitizeID(host), os.Getpid())})
+		}
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{}, 2)
+	go func() {
+		defer func() { done <- struct{}{} }()
+		_ = fe.Run(fctx)
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		if leases != nil {
+			_ = natsworld.RunTicker(fctx, natsworld.TickerConfig{World: o.worldID, Log: worldLog, Leases: leases, Rate: broadside.TickRate, Logger: log})
+		}
+	}()
+	fmt.Fprintf(out, "front end of world %d: frames of its %d sectors from %s (no sector runs here)\n", o.worldID, sectors, natsworld.SectorsSubject(o.worldID))
+	return func() {
+		cancel()
+		<-done
+		<-done
+		st := fe.Stats()
+		fmt.Fprintf(out, "front end: %d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad), latest %d, frame latency p50/p99/max %v/%v/%v\n",
+			st.Ticks, st.Filled, st.Late, st.Stale, st.Bad, st.Latest, st.LatencyP50.Round(time.Microsecond), st.LatencyP99.Round(time.Microsecond), st.LatencyMax.Round(time.Microsecond))
+		nc.Close()
+	}, nil
 }
 
 // openServerLog returns the command log: an embedded cluster, or clients

@@ -1,6 +1,7 @@
 package world
 
 import (
+	"errors"
 	"math/bits"
 	"sync"
 
@@ -77,27 +78,7 @@ func (h *Frames) setOnComplete(fn func(tick uint64)) {
 // runner goroutine, between two Steps); the tick's frame is sealed when
 // every shard added its part.
 func (h *Frames) Add(info replay.TickInfo) {
-	if info.Shard >= MaxShards {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if info.Tick <= h.last {
-		return // a recovering shard replaying ticks already complete
-	}
-	p := h.pending[info.Tick]
-	if p == nil {
-		if len(h.pending) >= maxPending {
-			oldest := info.Tick
-			for t := range h.pending {
-				oldest = min(oldest, t)
-			}
-			delete(h.pending, oldest)
-		}
-		p = &pendingFrame{}
-		if h.newFrame != nil {
-			p.f = h.newFrame(info.Tick)
-		}
+	h.add(info.Shard, info.Tick, func(p *pendingFrame) {
 		// Every shard reads the whole log: the first to finish the tick
 		// says which player commands it applied.
 		for i := range info.Commands {
@@ -105,22 +86,79 @@ func (h *Frames) Add(info replay.TickInfo) {
 				p.applied = append(p.applied, [2]uint64{uint64(c.Player), c.ClientSeq})
 			}
 		}
-		h.pending[info.Tick] = p
+	}, func(f Frame) error {
+		f.AddShard(info.Shard, info.Sim)
+		return nil
+	})
+}
+
+// PartFrame is a Frame that can also be built from the shards' parts as
+// their runners elsewhere encoded them (a front end of a world whose
+// sectors run on other processes).
+type PartFrame interface {
+	Frame
+	// AddPart decodes shard's part of the world (what the game encoded
+	// from the shard's sim after the tick) into the frame.
+	AddPart(shard uint32, part []byte) error
+}
+
+// AddPart is Add for a shard stepped elsewhere: part is the shard's part
+// of the tick's frame (PartFrame.AddPart decodes it) and applied the
+// player commands the tick applied (player, client sequence), in log
+// order. It returns the decoder's error (the shard then counts as added,
+// with nothing in the frame).
+func (h *Frames) AddPart(shard uint32, tick uint64, part []byte, applied [][2]uint64) error {
+	return h.add(shard, tick, func(p *pendingFrame) { p.applied = append(p.applied, applied...) }, func(f Frame) error {
+		pf, ok := f.(PartFrame)
+		if !ok {
+			return errors.New("world: the game's frames cannot be built from parts")
+		}
+		return pf.AddPart(shard, part)
+	})
+}
+
+// add adds shard's part of tick: first (when the tick's frame is new)
+// records the applied commands, addTo adds the part to the frame.
+func (h *Frames) add(shard uint32, tick uint64, first func(*pendingFrame), addTo func(Frame) error) error {
+	if shard >= MaxShards {
+		return nil
 	}
-	bit := uint64(1) << info.Shard
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if tick <= h.last {
+		return nil // a recovering shard replaying ticks already complete
+	}
+	p := h.pending[tick]
+	if p == nil {
+		if len(h.pending) >= maxPending {
+			oldest := tick
+			for t := range h.pending {
+				oldest = min(oldest, t)
+			}
+			delete(h.pending, oldest)
+		}
+		p = &pendingFrame{}
+		if h.newFrame != nil {
+			p.f = h.newFrame(tick)
+		}
+		first(p)
+		h.pending[tick] = p
+	}
+	bit := uint64(1) << shard
 	if p.have&bit != 0 {
-		return
+		return nil
 	}
 	p.have |= bit
+	var err error
 	if p.f != nil {
-		p.f.AddShard(info.Shard, info.Sim)
+		err = addTo(p.f)
 	}
 	if bits.OnesCount64(p.have) < h.shards {
-		return
+		return err
 	}
-	delete(h.pending, info.Tick)
+	delete(h.pending, tick)
 	for t := range h.pending {
-		if t < info.Tick {
+		if t < tick {
 			delete(h.pending, t) // can no longer complete in order
 		}
 	}
@@ -131,10 +169,10 @@ func (h *Frames) Add(info replay.TickInfo) {
 		}
 		p.f.Seal(prev)
 	}
-	h.ring[info.Tick%FrameRing], h.ticks[info.Tick%FrameRing] = p.f, info.Tick
-	h.last = info.Tick
+	h.ring[tick%FrameRing], h.ticks[tick%FrameRing] = p.f, tick
+	h.last = tick
 	if h.onComplete != nil {
-		h.onComplete(info.Tick)
+		h.onComplete(tick)
 	}
 	if h.onApplied != nil {
 		for _, a := range p.applied {
@@ -145,6 +183,7 @@ func (h *Frames) Add(info replay.TickInfo) {
 	case h.ready <- struct{}{}:
 	default: // a signal is pending already
 	}
+	return err
 }
 
 // Ready is signalled when a tick is complete (one pending signal at most:

@@ -42,16 +42,33 @@ type SectorFrame struct {
 	// of its clock, right after the step): a receiver measures the
 	// frame's latency from it. Not part of the world's state.
 	Published int64
-	Payload   []byte
+	// Applied are the player commands the tick applied, in log order
+	// (every sector reads the whole log, so each sector's frame of a tick
+	// carries the same list): a front end tells the players with the
+	// tick's state which of their commands it applied.
+	Applied []Applied
+	Payload []byte
 }
 
-// Encoded frame: magic "BSSF" | version 1 | world u32 | sector u32 |
-// epoch u64 | tick u64 | pos u64 | hash u64 | published i64 | payload
-// (the rest), all big-endian.
+// Applied is a player command a tick applied: its player and the
+// client's sequence number.
+type Applied struct {
+	Player uint32
+	Seq    uint64
+}
+
+// MaxApplied bounds the applied commands of one frame.
+const MaxApplied = 16 << 10
+
+// Encoded frame: magic "BSSF" | version 2 | world u32 | sector u32 |
+// epoch u64 | tick u64 | pos u64 | hash u64 | published i64 | applied
+// count u32 | (player u32 | seq u64) per applied command | payload (the
+// rest), all big-endian.
 const (
 	frameMagic   = "BSSF"
-	frameVersion = 1
-	frameHeader  = 4 + 1 + 4 + 4 + 8*5
+	frameVersion = 2
+	frameHeader  = 4 + 1 + 4 + 4 + 8*5 + 4
+	appliedSize  = 4 + 8
 )
 
 // AppendSectorFrame appends f's encoding to b.
@@ -65,6 +82,11 @@ func AppendSectorFrame(b []byte, f SectorFrame) []byte {
 	b = binary.BigEndian.AppendUint64(b, f.Pos)
 	b = binary.BigEndian.AppendUint64(b, f.Hash)
 	b = binary.BigEndian.AppendUint64(b, uint64(f.Published))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.Applied)))
+	for _, a := range f.Applied {
+		b = binary.BigEndian.AppendUint32(b, a.Player)
+		b = binary.BigEndian.AppendUint64(b, a.Seq)
+	}
 	return append(b, f.Payload...)
 }
 
@@ -88,8 +110,20 @@ func DecodeSectorFrame(b []byte) (SectorFrame, error) {
 		Hash:      binary.BigEndian.Uint64(b[37:]),
 		Published: int64(binary.BigEndian.Uint64(b[45:])),
 	}
-	if len(b) > frameHeader {
-		f.Payload = b[frameHeader:]
+	n := binary.BigEndian.Uint32(b[53:])
+	rest := b[frameHeader:]
+	if n > MaxApplied || uint64(n)*appliedSize > uint64(len(rest)) {
+		return SectorFrame{}, fmt.Errorf("natsworld: sector frame: %d applied commands in %d bytes", n, len(rest))
+	}
+	if n > 0 {
+		f.Applied = make([]Applied, n)
+		for i := range f.Applied {
+			f.Applied[i] = Applied{Player: binary.BigEndian.Uint32(rest), Seq: binary.BigEndian.Uint64(rest[4:])}
+			rest = rest[appliedSize:]
+		}
+	}
+	if len(rest) > 0 {
+		f.Payload = rest
 	}
 	return f, nil
 }

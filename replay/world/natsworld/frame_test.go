@@ -2,18 +2,22 @@ package natsworld
 
 import (
 	"bytes"
+	"encoding/binary"
+	"slices"
 	"testing"
 )
 
 func TestSectorFrameRoundTrip(t *testing.T) {
-	f := SectorFrame{World: 3, Sector: 2, Epoch: 99, Tick: 1234, Pos: 56789, Hash: 0xdeadbeefcafe, Published: 17, Payload: []byte("state")}
+	f := SectorFrame{World: 3, Sector: 2, Epoch: 99, Tick: 1234, Pos: 56789, Hash: 0xdeadbeefcafe, Published: 17,
+		Applied: []Applied{{Player: 7, Seq: 1}, {Player: 9, Seq: 1 << 40}}, Payload: []byte("state")}
 	got, err := DecodeSectorFrame(AppendSectorFrame(nil, f))
 	if err != nil || got.World != f.World || got.Sector != f.Sector || got.Epoch != f.Epoch || got.Tick != f.Tick ||
-		got.Pos != f.Pos || got.Hash != f.Hash || got.Published != f.Published || !bytes.Equal(got.Payload, f.Payload) {
+		got.Pos != f.Pos || got.Hash != f.Hash || got.Published != f.Published || !slices.Equal(got.Applied, f.Applied) || !bytes.Equal(got.Payload, f.Payload) {
 		t.Fatalf("round trip of %+v: %+v, %v", f, got, err)
 	}
 	b := AppendSectorFrame(nil, f)
-	for _, bad := range [][]byte{nil, b[:frameHeader-1], append([]byte("XSSF"), b[4:]...), make([]byte, MaxSectorFrame+1)} {
+	for _, bad := range [][]byte{nil, b[:frameHeader-1], append([]byte("XSSF"), b[4:]...), make([]byte, MaxSectorFrame+1),
+		binary.BigEndian.AppendUint32(b[:frameHeader-4:frameHeader-4], 1)} {
 		if _, err := DecodeSectorFrame(bad); err == nil {
 			t.Fatalf("decoded %d bad bytes", len(bad))
 		}
@@ -26,6 +30,7 @@ func TestSectorFrameRoundTrip(t *testing.T) {
 func FuzzDecodeSectorFrame(f *testing.F) {
 	f.Add(AppendSectorFrame(nil, SectorFrame{World: 1, Sector: 2, Epoch: 3, Tick: 4, Pos: 5, Hash: 6}))
 	f.Add(AppendSectorFrame(nil, SectorFrame{World: 1, Payload: []byte{1, 2, 3}}))
+	f.Add(AppendSectorFrame(nil, SectorFrame{World: 1, Applied: []Applied{{Player: 1, Seq: 2}}, Payload: []byte{9}}))
 	f.Add([]byte("BSSF"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := DecodeSectorFrame(b)
@@ -33,7 +38,7 @@ func FuzzDecodeSectorFrame(f *testing.F) {
 			return
 		}
 		again, err := DecodeSectorFrame(AppendSectorFrame(nil, fr))
-		if err != nil || again.Hash != fr.Hash || again.Tick != fr.Tick || !bytes.Equal(again.Payload, fr.Payload) {
+		if err != nil || again.Hash != fr.Hash || again.Tick != fr.Tick || !slices.Equal(again.Applied, fr.Applied) || !bytes.Equal(again.Payload, fr.Payload) {
 			t.Fatalf("round trip of %+v: %+v, %v", fr, again, err)
 		}
 	})

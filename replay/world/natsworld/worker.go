@@ -299,6 +299,7 @@ func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger,
 		Observer: func(info replay.TickInfo) {
 			f := SectorFrame{World: w.cfg.World, Sector: s, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash}
+			f.Applied = appliedOf(info, nil)
 			if w.cfg.FramePart != nil {
 				f.Payload = w.cfg.FramePart(s, info.Sim)
 			}
@@ -486,6 +487,7 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 	}
 	subject := SectorSubject(w.cfg.World, s)
 	var buf []byte
+	var applied []Applied
 	r, err := replay.NewRunner(replay.RunnerConfig{
 		World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1), Start: res.Start,
 		Epoch: epoch, Appender: w.cfg.Log, CommandKind: w.cfg.Game.CommandKind, HistoryTicks: 64, Snapshots: snaps,
@@ -496,6 +498,8 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 			}
 			f := SectorFrame{World: w.cfg.World, Sector: s, Epoch: epoch, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash,
 				Published: time.Now().UnixNano()}
+			applied = appliedOf(info, applied[:0])
+			f.Applied = applied
 			if w.cfg.FramePart != nil {
 				f.Payload = w.cfg.FramePart(s, info.Sim)
 			}
@@ -655,4 +659,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-time.After(d):
 		return true
 	}
+}
+
+// appliedOf appends to dst the player commands info's tick applied.
+func appliedOf(info replay.TickInfo, dst []Applied) []Applied {
+	for i := range info.Commands {
+		if c := &info.Commands[i]; c.Player != 0 {
+			dst = append(dst, Applied{Player: c.Player, Seq: c.ClientSeq})
+		}
+	}
+	return dst
 }

@@ -100,3 +100,15 @@ func (s *StateSource) EncodeState(dst []byte, viewer uint32, tick, base uint64) 
 	}
 	return s.enc.Encode(dst, cur, b, viewer), true
 }
+
+// AddPart implements world.PartFrame: a front end builds the tick's frame
+// from the sectors' parts its workers published.
+func (f *liveFrame) AddPart(_ uint32, part []byte) error {
+	ships, balls, err := DecodeSectorPart(part)
+	if err != nil {
+		return err
+	}
+	f.Ships = append(f.Ships, ships...)
+	f.Balls = append(f.Balls, balls...)
+	return nil
+}

@@ -139,15 +139,3 @@ func DecodeSectorPart(b []byte) (ships []ShipView, balls []BallView, err error) 
 	}
 	return ships, balls, nil
 }
-
-// AddPart implements world.PartFrame: a front end builds the tick's frame
-// from the sectors' parts its workers published.
-func (f *liveFrame) AddPart(_ uint32, part []byte) error {
-	ships, balls, err := DecodeSectorPart(part)
-	if err != nil {
-		return err
-	}
-	f.Ships = append(f.Ships, ships...)
-	f.Balls = append(f.Balls, balls...)
-	return nil
-}

@@ -138,10 +138,10 @@ func TestFaultsRealProcesses(t *testing.T) {
 		for _, p := range procs {
 			p.kill()
 		}
+		if keep := os.Getenv("BROADSIDE_KEEP_LOGS"); keep != "" {
+			exec.Command("cp", "-r", dir, keep).Run() // passed or not
+		}
 		if t.Failed() {
-			if keep := os.Getenv("BROADSIDE_KEEP_LOGS"); keep != "" {
-				exec.Command("cp", "-r", dir, keep).Run()
-			}
 			for _, id := range ids {
 				b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d.log", id)))
 				lines := strings.Split(string(b), "\n")

@@ -81,6 +81,12 @@ type Options struct {
 	// NATS are the credentials and TLS of every NATS connection; an
 	// embedded nats-server demands them of its clients.
 	NATS natscoord.ConnOptions
+	// NoCrashDetect turns off a sequencing replica's crash detection
+	// (mesh.Config.CrashDetect: TCP at the node's UDP port number, so
+	// that a peer's SIGKILL is seen in a round trip rather than after
+	// SuspectTicks). Firewalls must pass that TCP port, or peers fall
+	// back to the silence timeout.
+	NoCrashDetect bool
 	// Durability, SuspectTicks and Tick configure a sequencing replica.
 	Durability   seq.Durability
 	SuspectTicks int
@@ -143,7 +149,8 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	m, err := mesh.New(mesh.Config{Self: o.ID, ListenAddr: o.Listen, Peers: o.Peers, ServerTLS: o.ServerTLS, ClientTLS: o.ClientTLS,
-		Inbox: inbox, Logger: log, StatelessResetKey: resetKey, RequireIdentity: true})
+		Inbox: inbox, Logger: log, StatelessResetKey: resetKey, RequireIdentity: true,
+		CrashDetect: o.Role == Seq && !o.NoCrashDetect})
 	if err != nil {
 		return err
 	}
@@ -323,5 +330,6 @@ func registerMeshMetrics(reg prometheus.Registerer, m *mesh.Mesh, in node.Inbox)
 	}
 	counter("identity_rejects_total", "Links closed because the peer's certificate does not prove the node id it claimed (CodeBadIdentity).", m.IdentityRejects)
 	counter("forbidden_total", "Client links closed for a message a client may not send (a node's message, or a Trim without broadside:perm:trim).", m.Forbidden)
+	counter("peer_gone_total", "Liveness connections to sequencing replicas that their side closed (a process ended), each reported to the node as msg.PeerGone.", m.PeerGoneReports)
 	counter("inbox_dropped_total", "Inbound messages dropped because the node's inbox was full (messages or bytes).", in.Dropped)
 }

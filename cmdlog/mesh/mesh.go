@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -113,6 +114,11 @@ type Config struct {
 	// accepting side (the dialer's hello) and the dialling side (the
 	// server's certificate).
 	RequireIdentity bool
+	// CrashDetect makes a server node watch the processes of the
+	// sequencing replicas among its peers over TCP (see liveness.go) and
+	// deliver msg.PeerGone to Inbox when one ends, and be watched: it
+	// listens on TCP at its UDP address's port.
+	CrashDetect bool
 }
 
 // Mesh is one node's set of links.
@@ -142,6 +148,12 @@ type Mesh struct {
 	identityRejects atomic.Uint64
 	forbidden       atomic.Uint64
 	warnLimit       *rate.Limiter
+
+	// Crash detection (liveness.go).
+	liveLn      net.Listener
+	watching    map[msg.NodeID]bool
+	goneReports atomic.Uint64
+	watchesUp   atomic.Int32 // liveness connections established
 }
 
 type link struct {
@@ -183,7 +195,8 @@ func New(cfg Config) (*Mesh, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Mesh{cfg: cfg, ep: ep, log: cfg.Logger, ctx: ctx, cancel: cancel,
 		peers: make(map[msg.NodeID]string), links: make(map[msg.NodeID]*link), dialing: make(map[msg.NodeID]time.Time),
-		pending: make(map[msg.NodeID][]msg.Message), pendingBytes: make(map[msg.NodeID]int), warnLimit: rate.NewLimiter(1, 5)}
+		pending: make(map[msg.NodeID][]msg.Message), pendingBytes: make(map[msg.NodeID]int), warnLimit: rate.NewLimiter(1, 5),
+		watching: make(map[msg.NodeID]bool)}
 	for id, a := range cfg.Peers {
 		m.peers[id] = a
 	}
@@ -200,6 +213,9 @@ func New(cfg Config) (*Mesh, error) {
 				m.wg.Add(1)
 				go m.announce(id)
 			}
+		}
+		if cfg.CrashDetect {
+			m.startLiveness()
 		}
 	}
 	return m, nil
@@ -246,6 +262,7 @@ func (m *Mesh) Addr() string { return m.ep.Addr().String() }
 func (m *Mesh) SetPeer(id msg.NodeID, addr string) {
 	m.mu.Lock()
 	m.peers[id] = addr
+	m.watchLocked(id)
 	m.mu.Unlock()
 }
 

@@ -91,6 +91,10 @@ const (
 // reports false for it).
 const KindLinkUp Kind = 0xFF
 
+// KindPeerGone is the kind of PeerGone, which never goes on the wire
+// either.
+const KindPeerGone Kind = 0xFE
+
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool { return k >= KindAppend && k < kindEnd }
 
@@ -103,8 +107,11 @@ func (k Kind) String() string {
 	if k.Valid() {
 		return kindNames[k]
 	}
-	if k == KindLinkUp {
+	switch k {
+	case KindLinkUp:
 		return "LinkUp"
+	case KindPeerGone:
+		return "PeerGone"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -303,6 +310,14 @@ type Join struct {
 // while the node is down).
 type LinkUp struct{}
 
+// PeerGone is delivered by a node's own transport, never sent over the
+// network: the process of the node in Envelope.From ended (its kernel
+// closed the liveness connection the transport held to it: a crash, a
+// SIGKILL or an exit). A core may suspect that node at once instead of
+// after its silence timeout. The report can be false (a connection reset
+// by the network), so acting on it must be as safe as a false timeout.
+type PeerGone struct{}
+
 // CoordGet reads the view record.
 type CoordGet struct {
 	ReqID uint64
@@ -416,6 +431,7 @@ func (CoordGet) Kind() Kind     { return KindCoordGet }
 func (CoordCAS) Kind() Kind     { return KindCoordCAS }
 func (CoordResp) Kind() Kind    { return KindCoordResp }
 func (LinkUp) Kind() Kind       { return KindLinkUp }
+func (PeerGone) Kind() Kind     { return KindPeerGone }
 
 // Layout maps log positions to shards: positions are striped across Shards
 // in runs of StripeUnit consecutive positions. Positions start at 1.

@@ -31,7 +31,8 @@ package seq_test
 //	forge from=X to=Y kind=K [view=N] [leader=L] [members=1,2] [epoch=N] [truncate-above=N] [rev=N]
 //	                                     queue a message X never sent (X >= 1<<24 or c<N>: a client;
 //	                                     4294967295: the coordinator's address); kinds StartView, Seal,
-//	                                     GC, Join, Heartbeat, Store, StableGP, CoordResp
+//	                                     GC, Join, Heartbeat, Store, StableGP, CoordResp, and PeerGone
+//	                                     (the report of Y's own mesh that X's process ended)
 //	coord-write view=N leader=L members=1,2 [change-epoch=N flusher=F]
 //	                                     overwrite the coordinator's record (a corrupted or hostile record)
 //	refused                              print how many messages each node refused
@@ -557,6 +558,8 @@ func (h *harness) forge(t *testing.T, d *datadriven.TestData) {
 		m = msg.Store{Epoch: epoch, Batch: 1 << 40, Truncate: d.HasArg("truncate-above"), TruncateAbove: uint64(intArg(t, d, "truncate-above", 0))}
 	case "StableGP":
 		m = msg.StableGP{Epoch: epoch, GP: uint64(intArg(t, d, "gp", 0))}
+	case "PeerGone":
+		m = msg.PeerGone{} // the local mesh's report that X's process ended
 	case "CoordResp":
 		m = msg.CoordResp{ReqID: uint64(intArg(t, d, "req", 0)), OK: true, Rev: uint64(intArg(t, d, "rev", 0)),
 			View: msg.ViewRecord{Number: view, Leader: msg.NodeID(intArg(t, d, "leader", 0)), Members: idsArg(t, d, "members")}}

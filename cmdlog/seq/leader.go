@@ -415,3 +415,23 @@ func (r *Replica) onLinkUp(peer msg.NodeID) {
 		}
 	}
 }
+
+// onPeerGone suspects a member of the view whose process the local mesh
+// saw end (msg.PeerGone): a follower its leader, a leader a follower, at
+// once rather than after SuspectTicks of silence. Either way the view
+// changes to one without that member, exactly as after a silence timeout,
+// so a false report (a liveness connection reset by the network) costs a
+// view change and nothing else; the member rejoins when it asks to.
+func (r *Replica) onPeerGone(peer msg.NodeID) {
+	if r.sealed || r.flush != nil || !r.view.HasMember(peer) {
+		return
+	}
+	switch {
+	case r.role == RoleFollower && peer == r.view.Leader:
+		r.peerGoneActed++
+		r.startViewChange(nil, []msg.NodeID{peer})
+	case r.role == RoleLeader:
+		r.peerGoneActed++
+		r.startViewChange(nil, []msg.NodeID{peer})
+	}
+}

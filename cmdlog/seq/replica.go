@@ -94,6 +94,8 @@ type Replica struct {
 	busyRejects uint64
 	// refused counts messages from senders not allowed to send them.
 	refused uint64
+	// peerGoneActed counts the view changes msg.PeerGone started.
+	peerGoneActed uint64
 
 	// Counters for metrics.
 	batchesOrdered, recordsOrdered uint64
@@ -354,6 +356,8 @@ func (r *Replica) Step(env msg.Envelope) {
 		r.onCoordResp(m)
 	case msg.LinkUp:
 		r.onLinkUp(env.From)
+	case msg.PeerGone:
+		r.onPeerGone(env.From)
 	}
 }
 

@@ -40,6 +40,9 @@ func (r *Replica) allowed(env msg.Envelope) bool {
 	case msg.Append, msg.CheckTail, msg.LinkUp:
 		// Clients, from anywhere; LinkUp is the local mesh's.
 		return from != msg.Coordinator
+	case msg.PeerGone:
+		// The local mesh's report on another sequencing replica.
+		return from != r.cfg.ID && r.cfg.isReplica(from)
 	case msg.StoreAck, msg.StoreReject:
 		return slices.Contains(r.cfg.Layout.Shards, from)
 	case msg.GC, msg.Heartbeat:
@@ -113,3 +116,7 @@ func (r *Replica) checkMembers(what string, ms []msg.NodeID) error {
 // Refused returns how many messages the replica refused so far: from a
 // sender not allowed to send them, or carrying an invalid view record.
 func (r *Replica) Refused() uint64 { return r.refused }
+
+// PeerGoneActed returns how many view changes a report of a member's
+// process ending (msg.PeerGone) started, before any silence timeout.
+func (r *Replica) PeerGoneActed() uint64 { return r.peerGoneActed }

@@ -61,6 +61,7 @@ func TestSimulate(t *testing.T) {
 		total.Acked += res.Acked
 		total.ViewChanges += res.ViewChanges
 		total.Crashes += res.Crashes
+		total.FalseGone += res.FalseGone
 		total.Partitions += res.Partitions
 		total.Dropped += res.Dropped
 		total.Duplicated += res.Duplicated
@@ -71,8 +72,8 @@ func TestSimulate(t *testing.T) {
 	if *flagFsync {
 		mode = " (fsync durability)"
 	}
-	line := "dst%s: %d seeds, %d violations (%d seeds with faults; %d appends, %d acked, %d reads, %d view changes, %d crashes, %d recoveries from compacted WALs, %d partitions, %d drops, %d duplicates, %d busy rejects)\n"
-	args := []any{mode, n, len(failed), faulty, total.Appends, total.Acked, total.Reads, total.ViewChanges, total.Crashes, total.CompactedRecoveries, total.Partitions, total.Dropped, total.Duplicated, total.Busy}
+	line := "dst%s: %d seeds, %d violations (%d seeds with faults; %d appends, %d acked, %d reads, %d view changes, %d crashes, %d false crash reports, %d recoveries from compacted WALs, %d partitions, %d drops, %d duplicates, %d busy rejects)\n"
+	args := []any{mode, n, len(failed), faulty, total.Appends, total.Acked, total.Reads, total.ViewChanges, total.Crashes, total.FalseGone, total.CompactedRecoveries, total.Partitions, total.Dropped, total.Duplicated, total.Busy}
 	t.Logf(line, args...)
 	printf(line, args...)
 	if faulty < n*9/10 {

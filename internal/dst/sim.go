@@ -71,6 +71,7 @@ type Result struct {
 	FinalTail   uint64
 	ViewChanges int
 	Crashes     int // replica and shard crashes
+	FalseGone   int // false crash reports (msg.PeerGone about a live replica)
 	Partitions  int
 	Sent        int
 	Dropped     int
@@ -439,6 +440,7 @@ func (s *sim) injectFaults() {
 			if s.opts.Durability == seq.Memory {
 				victim.wal, victim.fullWAL = nil, nil
 			}
+			s.reportGone(victim.id)
 		}
 	}
 	if s.crashBudget > 0 && s.rng.IntN(500) == 0 {
@@ -450,6 +452,15 @@ func (s *sim) injectFaults() {
 			s.tracef("crash shard %d (keeps %d entries); restarts at t=%d", victim.id, len(victim.store.entries), victim.downUntil)
 			victim.core = nil
 			victim.store.crash()
+		}
+	}
+	// A false crash report: a liveness connection reset by the network.
+	if s.rng.IntN(1500) == 0 {
+		a, b := s.replicas[s.rng.IntN(len(s.replicas))], s.replicas[s.rng.IntN(len(s.replicas))]
+		if a != b {
+			s.res.FalseGone++
+			s.tracef("false crash report: replica %d told that replica %d ended", b.id, a.id)
+			s.net.send(msg.Envelope{From: a.id, To: b.id, Msg: msg.PeerGone{}}, s.now, true)
 		}
 	}
 	if s.rng.IntN(700) == 0 {
@@ -492,6 +503,7 @@ func (s *sim) forcedFault() {
 			if s.opts.Durability == seq.Memory {
 				victim.wal, victim.fullWAL = nil, nil
 			}
+			s.reportGone(victim.id)
 		}
 	case 2:
 		victim := s.shards[s.rng.IntN(len(s.shards))]
@@ -543,6 +555,18 @@ func (s *sim) restartDue() {
 			sh.core = s.newShard(sh)
 			s.tracef("restart shard %d (epoch %d, stable-gp %d)", sh.id, sh.store.meta.Epoch, sh.store.meta.StableGP)
 			s.announce(sh.id)
+		}
+	}
+}
+
+// reportGone tells every other replica that replica id's process ended,
+// as their meshes do when its liveness connection closes (msg.PeerGone).
+// The network may drop a report (the mesh had no connection up) or delay
+// it past the replica's restart.
+func (s *sim) reportGone(id msg.NodeID) {
+	for _, r := range s.replicas {
+		if r.id != id {
+			s.net.send(msg.Envelope{From: id, To: r.id, Msg: msg.PeerGone{}}, s.now, true)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/world"
@@ -48,6 +49,12 @@ type WorkerConfig struct {
 	// Snapshots is the snapshot store every worker of the world shares
 	// (required): a SnapshotStore on NATS.
 	Snapshots snapshot.Store
+	// Lineage, if set, is the lineage store every worker of the world
+	// shares (a LineageStore on NATS): a sector's owner records its
+	// lineage there, and a new owner resumes it where the previous one's
+	// last flush (at most LineageFlushTicks before its newest snapshot)
+	// left it.
+	Lineage lineage.Store
 	// Publisher receives the frames and takeover reports (required).
 	Publisher Publisher
 	// Policy decides when the sectors' runners snapshot (MaxChain
@@ -184,11 +191,20 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.runStandby(ctx)
 		}
 	}()
-	err := w.keeper.Run(ctx)
+	// The keeper outlives ctx until every sector has stopped: a stopping
+	// sector writes its last lineage under its lease, and only then are
+	// the leases released.
+	kctx, kcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer kcancel()
+	kdone := make(chan error, 1)
+	go func() { kdone <- w.keeper.Run(kctx) }()
 	<-tickerDone
 	<-standbyDone
+	<-ctx.Done()
 	w.wg.Wait()
-	return err
+	kcancel()
+	<-kdone
+	return ctx.Err()
 }
 
 // acquire starts a sector the keeper claimed (OnAcquire).
@@ -488,10 +504,22 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 	subject := SectorSubject(w.cfg.World, s)
 	var buf []byte
 	var applied []Applied
+	rec := lineage.Nop
+	if w.cfg.Lineage != nil {
+		lin := lineage.NewLog(lineage.LogOptions{Store: fencedLineage{Store: w.cfg.Lineage, valid: valid}, Background: true})
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := lin.Close(cctx); err != nil && !errors.Is(err, errNotOwner) {
+				w.log.Warn("lineage: close", "sector", s, "err", err)
+			}
+		}()
+		rec = lin
+	}
 	r, err := replay.NewRunner(replay.RunnerConfig{
 		World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1), Start: res.Start,
 		Epoch: epoch, Appender: w.cfg.Log, CommandKind: w.cfg.Game.CommandKind, HistoryTicks: 64, Snapshots: snaps,
-		Logger: w.cfg.Logger,
+		Recorder: rec, Logger: w.cfg.Logger,
 		Observer: func(info replay.TickInfo) {
 			if !valid() {
 				return // paused past the lease: publish nothing
@@ -631,7 +659,42 @@ type fencedStore struct {
 }
 
 // errNotOwner refuses a write of a sector whose lease is not valid.
-var errNotOwner = errors.New("natsworld: snapshot write refused: the sector's lease is not valid")
+var errNotOwner = errors.New("natsworld: write refused: the sector's lease is not valid")
+
+// fencedLineage is the shared lineage store as a sector's owner sees it:
+// writes and deletions only while its lease is valid (a stale owner's
+// partial range would replace a longer one).
+type fencedLineage struct {
+	lineage.Store
+	valid func() bool
+}
+
+// PutRange implements lineage.Store.
+func (s fencedLineage) PutRange(ctx context.Context, info lineage.RangeInfo, data []byte) error {
+	if !s.valid() {
+		return errNotOwner
+	}
+	return s.Store.PutRange(ctx, info, data)
+}
+
+// DeleteBefore implements lineage.Store.
+func (s fencedLineage) DeleteBefore(ctx context.Context, shard lineage.ShardID, firstTick uint64) error {
+	if !s.valid() {
+		return errNotOwner
+	}
+	return s.Store.DeleteBefore(ctx, shard, firstTick)
+}
+
+// PutMeta implements lineage.Store.
+func (s fencedLineage) PutMeta(ctx context.Context, name string, value []byte) error {
+	if !s.valid() {
+		return errNotOwner
+	}
+	return s.Store.PutMeta(ctx, name, value)
+}
+
+// Close implements lineage.Store: the shared store outlives a sector.
+func (s fencedLineage) Close() error { return nil }
 
 // Put implements snapshot.Store.
 func (s fencedStore) Put(ctx context.Context, meta snapshot.Meta, b []byte) error {

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -291,33 +289,12 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 		return err
 	}
 	defer es.close()
-	src, game, total, inPos, what := es.src, es.game, es.total, es.inPos, es.what
-	var posTracker *replay.UpTo
-	if o.toTick > 0 && !inPos {
-		total = min(cmp.Or(total, o.toTick), o.toTick)
-	}
-	if inPos {
-		posTracker = &replay.UpTo{Src: src, Last: ^uint64(0)}
-		if ps, ok := src.(*replay.UpTo); ok {
-			posTracker = ps
-		}
-		src = posTracker
-	}
-	fmt.Fprintf(errOut, "recording %s into %s\n", what, o.out)
-	prog := report.NewProgress(errOut, "export", total, inPos, o.noProgress)
-	var tick atomic.Uint64
-	cfg := bsr.RecordConfig{FromTick: o.fromTick, ToTick: o.toTick, Signer: signer,
-		Snapshots: bsr.SnapshotPolicy{FullEvery: o.fullEvery, DeltaEvery: o.deltaEv, SeekTarget: o.seekTarget},
-		Progress: func(t uint64) {
-			tick.Store(t)
-			if posTracker != nil {
-				prog.Set(posTracker.Pos(), t)
-			} else {
-				prog.Set(t, t)
-			}
-		}}
-	st, size, err := recordMatch(ctx, o.out, game, o.world, src, cfg)
-	prog.Finish()
+	fmt.Fprintf(errOut, "recording %s into %s\n", es.what, o.out)
+	src, progress, finish := inspect.ExportProgress(errOut, es.src, es.total, es.inPos, o.toTick, o.noProgress)
+	cfg := bsr.RecordConfig{FromTick: o.fromTick, ToTick: o.toTick, Signer: signer, Progress: progress,
+		Snapshots: bsr.SnapshotPolicy{FullEvery: o.fullEvery, DeltaEvery: o.deltaEv, SeekTarget: o.seekTarget}}
+	st, size, err := recordMatch(ctx, o.out, es.game, o.world, src, cfg)
+	finish()
 	if err != nil {
 		return err
 	}

@@ -92,12 +92,7 @@ func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index)
 		return fn(ix)
 	}
 	if lf.recording != "" {
-		r, err := bsr.Open(lf.recording)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		ix, err := r.Lineage()
+		ix, err := bsr.LineageOf(lf.recording)
 		if err != nil {
 			return err
 		}
@@ -219,18 +214,7 @@ did. Log positions come from 'lineage why', 'lineage frame' or
 
 func runLineageAffected(cmd *cobra.Command, lf *lineageFlags, o lineageAffectedFlags) error {
 	return lf.withIndex(cmd, func(ix *lineage.Index) error {
-		through := o.until
-		if through == 0 && o.ticks > 0 {
-			c, ok := ix.Command(o.pos)
-			if !ok {
-				return fmt.Errorf("no record at position %d in the lineage store", o.pos)
-			}
-			through = c.Tick + o.ticks
-		}
-		r, err := ix.Affected(o.pos, through)
-		if errors.Is(err, lineage.ErrUnknownCommand) {
-			return fmt.Errorf("the record at position %d was applied to no entity in the stored lineage", o.pos)
-		}
+		r, err := ix.AffectedWithin(o.pos, o.until, o.ticks)
 		if err != nil {
 			return err
 		}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
-	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/transport"
 )
@@ -24,11 +23,7 @@ func TestFaultsRealProcesses(t *testing.T) {
 		t.Skip("starts processes; skipped with -short")
 	}
 	dir := t.TempDir()
-	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := startNATS(t, dir)
 	tlsDir := filepath.Join(dir, "tls")
 	ca, err := transport.LoadOrCreateDevCA(tlsDir)
 	if err != nil {

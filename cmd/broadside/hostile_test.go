@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
-	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/internal/hostile"
@@ -67,11 +66,7 @@ func TestHostileRealProcesses(t *testing.T) {
 		t.Skip("starts processes; skipped with -short")
 	}
 	dir := t.TempDir()
-	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown)
+	ns := startNATS(t, dir)
 	logTLS := filepath.Join(dir, "logtls")
 	if _, err := transport.LoadOrCreateDevCA(logTLS); err != nil {
 		t.Fatal(err)

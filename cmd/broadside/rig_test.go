@@ -196,6 +196,18 @@ func (lc *logCluster) dial(t *testing.T, co coord.Coordinator, client *tls.Confi
 	return rc
 }
 
+// startNATS starts an embedded NATS server (its store in dir/nats),
+// shut down when the test ends.
+func startNATS(t *testing.T, dir string) *natscoord.Embedded {
+	t.Helper()
+	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
+
 // secureNATS is a 3-node NATS cluster in the test process that demands a
 // user, a password and TLS (its certificate from the dev CA in dir/tls).
 type secureNATS struct {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -143,14 +142,14 @@ func (fl benchLogFlags) options(cmd *cobra.Command) (logbench.Options, error) {
 	}
 	f := cmd.Flags()
 	if f.Changed("sizes") {
-		s, err := parseInts(fl.sizes)
+		s, err := logbench.ParseInts(fl.sizes)
 		if err != nil {
 			return opts, fmt.Errorf("--sizes: %w", err)
 		}
 		opts.Sizes = s
 	}
 	if f.Changed("rates") {
-		r, err := parseInts(fl.rates)
+		r, err := logbench.ParseInts(fl.rates)
 		if err != nil {
 			return opts, fmt.Errorf("--rates: %w", err)
 		}
@@ -211,24 +210,4 @@ func runBenchLog(cmd *cobra.Command, fl benchLogFlags) error {
 		}
 	}
 	return runErr
-}
-
-// parseInts parses a comma-separated list of positive integers.
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		v, err := strconv.Atoi(f)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, v)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("empty list")
-	}
-	return out, nil
 }

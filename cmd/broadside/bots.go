@@ -1,23 +1,16 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"image/color"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/anoptic/broadside/demo/bots"
-	"github.com/anoptic/broadside/internal/report"
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/spf13/cobra"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
 )
 
 func newBotsCmd() *cobra.Command {
@@ -60,42 +53,27 @@ and fires blindly.`,
 				return err
 			}
 			if playersFile == "" {
-				playersFile = filepath.Join(filepath.Dir(secretFile), "players")
+				playersFile = server.PlayersFileBeside(secretFile)
 			}
 			cfg.Players = server.OpenRegistry(playersFile)
 			if cfg.ReconnectAttempts == 0 {
 				cfg.NoReconnect = true
 			}
 			out := cmd.OutOrStdout()
-			cfg.Progress = func(s bots.Snapshot) {
-				fmt.Fprintf(os.Stderr, "\r%6s  %d bots  sent %d  durable %d  replicated %d  applied %d  ack p50 %dus p99 %dus  applied p99 %dms   ",
-					s.Elapsed, s.Connected, s.Sent, s.Durable, s.Replicated, s.Applied, s.P50us, s.P99us, s.AppliedP99us/1000)
-			}
+			cfg.Progress = func(s bots.Snapshot) { s.WriteProgress(os.Stderr) }
 			rep, err := bots.Run(ctx, cfg)
 			fmt.Fprintln(os.Stderr)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "bots:        %d x %.0f commands/s for %.1fs (%s)\n", rep.Bots, rep.RatePerBot, rep.DurationSec, cfg.Behaviour)
-			rep.WriteText(out)
-			if len(rep.Errors) == 0 {
-				fmt.Fprintf(out, "errors:      none\n")
-			}
-			for _, k := range rep.ErrorKinds() {
-				if first, ok := rep.FirstErrors[k]; ok {
-					fmt.Fprintf(out, "errors:      %s: %d (first: %s)\n", k, rep.Errors[k], first)
-					continue
-				}
-				fmt.Fprintf(out, "errors:      %s: %d\n", k, rep.Errors[k])
-			}
+			rep.WriteSummary(out, cfg.Behaviour)
 			if jsonFile != "" {
-				b, _ := json.MarshalIndent(rep, "", "  ")
-				if err := os.WriteFile(jsonFile, b, 0o644); err != nil {
+				if err := rep.WriteJSONFile(jsonFile); err != nil {
 					return err
 				}
 			}
 			if pngFile != "" {
-				if err := plotTimeline(rep, pngFile); err != nil {
+				if err := rep.WritePNG(pngFile); err != nil {
 					return err
 				}
 			}
@@ -117,37 +95,4 @@ and fires blindly.`,
 	f.StringVar(&jsonFile, "json", "", "write the report as JSON")
 	f.StringVar(&pngFile, "png", "", "write ack latency (p50, p99) over time as a PNG chart")
 	return cmd
-}
-
-// plotTimeline draws the report's ack and applied latency over time.
-func plotTimeline(rep bots.Report, file string) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%d bots x %.0f cmd/s: command to ack (%s) and to applied", rep.Bots, rep.RatePerBot, rep.AckStatus)
-	p.X.Label.Text = "seconds"
-	p.Y.Label.Text = "latency (µs)"
-	p50, p99, app := make(plotter.XYs, len(rep.Timeline)), make(plotter.XYs, len(rep.Timeline)), make(plotter.XYs, len(rep.Timeline))
-	for i, s := range rep.Timeline {
-		p50[i] = plotter.XY{X: s.Elapsed.Seconds(), Y: float64(s.P50us)}
-		p99[i] = plotter.XY{X: s.Elapsed.Seconds(), Y: float64(s.P99us)}
-		app[i] = plotter.XY{X: s.Elapsed.Seconds(), Y: float64(s.AppliedP99us)}
-	}
-	l50, err := plotter.NewLine(p50)
-	if err != nil {
-		return err
-	}
-	l99, err := plotter.NewLine(p99)
-	if err != nil {
-		return err
-	}
-	l99.Color = color.RGBA{R: 200, A: 255}
-	lapp, err := plotter.NewLine(app)
-	if err != nil {
-		return err
-	}
-	lapp.Color = color.RGBA{B: 200, A: 255}
-	p.Add(l50, l99, lapp)
-	p.Legend.Add("ack p50", l50)
-	p.Legend.Add("ack p99", l99)
-	p.Legend.Add("applied p99", lapp)
-	return report.Chart{Plots: []*plot.Plot{p}, PanelWidth: 8 * vg.Inch, PanelHeight: 4 * vg.Inch}.WritePNG(file)
 }

@@ -2,92 +2,16 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
-	"github.com/anoptic/broadside/cmdlog/coord"
-	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
-	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/transport"
 )
-
-// TestMain lets the test binary stand in for the broadside binary: child
-// processes started with BROADSIDE_TEST_MAIN=1 run the CLI.
-func TestMain(m *testing.M) {
-	if os.Getenv("BROADSIDE_TEST_MAIN") == "1" {
-		os.Args = append([]string{"broadside"}, os.Args[1:]...)
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-func freeUDPPort(t *testing.T) int {
-	t.Helper()
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
-}
-
-type proc struct {
-	args []string
-	cmd  *exec.Cmd
-	log  *os.File
-}
-
-func (p *proc) start(t *testing.T) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], p.args...)
-	cmd.Env = append(os.Environ(), "BROADSIDE_TEST_MAIN=1")
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = cmd
-}
-
-func (p *proc) kill() {
-	if p.cmd != nil && p.cmd.Process != nil {
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		p.cmd.Wait()
-		p.cmd = nil
-	}
-}
-
-// The replicas' timing in the fault test: a 10 ms tick and 50 ticks of
-// silence before a peer is suspected by default (no false suspicions on a
-// busy shared machine); BROADSIDE_FAULTS_TIMING=5ms,6 tries the timing a
-// 50 ms view change needs.
-var faultsTick, faultsSuspect = func() (string, string) {
-	if v := os.Getenv("BROADSIDE_FAULTS_TIMING"); v != "" {
-		if tick, suspect, ok := strings.Cut(v, ","); ok {
-			return tick, suspect
-		}
-	}
-	return "10ms", "50"
-}()
-
-type appendRecord struct {
-	data       string
-	start, end time.Time
-	acked      bool
-}
 
 // TestFaultsRealProcesses starts 3 sequencing replicas and 2 shards as
 // separate processes on loopback, appends from several clients, SIGKILLs a
@@ -99,56 +23,16 @@ func TestFaultsRealProcesses(t *testing.T) {
 		t.Skip("starts processes; skipped with -short")
 	}
 	dir := t.TempDir()
-	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := startNATS(t, dir)
 	tlsDir := filepath.Join(dir, "tls")
 	ca, err := transport.LoadOrCreateDevCA(tlsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := []msg.NodeID{1, 2, 3, 101, 102}
-	peers := map[msg.NodeID]string{}
-	var parts []string
-	for _, id := range ids {
-		peers[id] = fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
-		parts = append(parts, fmt.Sprintf("%d=%s", id, peers[id]))
-	}
-	peerFlag := strings.Join(parts, ",")
-	procs := map[msg.NodeID]*proc{}
-	for _, id := range ids {
-		role := "seq"
-		if id >= cmdlog.FirstShardID {
-			role = "shard"
-		}
-		lf, err := os.Create(filepath.Join(dir, fmt.Sprintf("node-%d.log", id)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lf.Close()
-		p := &proc{log: lf, args: []string{"logd", "--role", role, "--id", fmt.Sprint(id), "--peers", peerFlag,
-			"--data", filepath.Join(dir, fmt.Sprint(id)), "--tls-dir", tlsDir, "--coord", ns.ClientURL(),
-			"--tick", faultsTick, "--suspect-ticks", faultsSuspect}}
-		p.start(t)
-		procs[id] = p
-	}
-	defer func() {
-		for _, p := range procs {
-			p.kill()
-		}
-		if keep := os.Getenv("BROADSIDE_KEEP_LOGS"); keep != "" {
-			exec.Command("cp", "-r", dir, keep).Run() // passed or not
-		}
-		if t.Failed() {
-			for _, id := range ids {
-				b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d.log", id)))
-				lines := strings.Split(string(b), "\n")
-				t.Logf("node %d log tail:\n%s", id, strings.Join(lines[max(0, len(lines)-15):], "\n"))
-			}
-		}
-	}()
+	lc := startLogCluster(t, dir, func(msg.NodeID) []string {
+		return []string{"--tls-dir", tlsDir, "--coord", ns.ClientURL(), "--tick", faultsTick, "--suspect-ticks", faultsSuspect}
+	})
+	procs := lc.procs
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -157,53 +41,15 @@ func TestFaultsRealProcesses(t *testing.T) {
 
 	// Clients append concurrently until told to stop.
 	const clients, perClient = 4, 6
-	var mu sync.Mutex
-	var records []*appendRecord
-	var acked atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range clients {
-		rc, err := cmdlog.DialRemote(cmdlog.RemoteConfig{Peers: peers, Coordinator: natsCoord(t, ctx, ns.ClientURL()),
-			ClientTLS: client, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		for g := range perClient {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					r := &appendRecord{data: fmt.Sprintf("c%d-g%d-%d", c, g, i), start: time.Now()}
-					actx, acancel := context.WithTimeout(ctx, 20*time.Second)
-					err := rc.Append(actx, []byte(r.data))
-					acancel()
-					r.end = time.Now()
-					r.acked = err == nil
-					mu.Lock()
-					records = append(records, r)
-					mu.Unlock()
-					if r.acked {
-						acked.Add(1)
-					}
-				}
-			}()
-		}
+	var rcs []*cmdlog.RemoteClient
+	for range clients {
+		rcs = append(rcs, lc.dial(t, natsCoord(t, ctx, ns.ClientURL()), client))
 	}
+	load := startAppends(ctx, rcs, perClient)
+	acked := &load.acked
 	waitAcked := func(n int64, what string) {
 		t.Helper()
-		target := acked.Load() + n
-		for acked.Load() < target {
-			if ctx.Err() != nil {
-				t.Fatalf("waiting for %d more acknowledged appends after %s: only %d in total", n, what, acked.Load())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		load.waitAcked(t, ctx, n, what)
 	}
 	waitMembers := func(n int, what string) msg.ViewRecord {
 		t.Helper()
@@ -261,10 +107,7 @@ func TestFaultsRealProcesses(t *testing.T) {
 	freshClient := func(what string) {
 		t.Helper()
 		start := time.Now()
-		fc, err := cmdlog.DialRemote(cmdlog.RemoteConfig{Peers: peers, Coordinator: co, ClientTLS: client, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		fc := lc.client(t, co, client)
 		defer fc.Close()
 		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer pcancel()
@@ -318,45 +161,11 @@ func TestFaultsRealProcesses(t *testing.T) {
 	waitAcked(1000, "leader+shard kill")
 	waitMembers(3, "leader+shard restart")
 	waitAcked(500, "recovery")
-	close(stop)
-	wg.Wait()
+	records := load.finish()
 
 	// Read everything back with a fresh client.
-	rc, err := cmdlog.DialRemote(cmdlog.RemoteConfig{Peers: peers, Coordinator: co, ClientTLS: client, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	tail, err := rc.CheckTail(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := rc.Subscribe(1)
-	pos := map[string]uint64{}
-	duplicated := 0
-	for sub.Position() <= tail {
-		e, err := sub.Next(ctx)
-		if err != nil {
-			t.Fatalf("read %d of %d: %v", sub.Position(), tail, err)
-		}
-		if _, dup := pos[string(e.Record.Data)]; dup {
-			duplicated++
-		}
-		pos[string(e.Record.Data)] = e.Pos
-	}
-	lost := 0
-	nAcked := 0
-	for _, r := range records {
-		if r.acked {
-			nAcked++
-			if _, ok := pos[r.data]; !ok {
-				lost++
-				if lost < 5 {
-					t.Errorf("acknowledged append %q lost", r.data)
-				}
-			}
-		}
-	}
+	pos, duplicated, tail := readWholeLog(t, ctx, lc.dial(t, co, client))
+	nAcked, lost := lostAcked(t, records, pos)
 	// Completion order: if A completed before B started, pos(A) < pos(B).
 	type ev struct {
 		t     time.Time
@@ -407,25 +216,4 @@ func TestFaultsRealProcesses(t *testing.T) {
 	if lost > 0 || duplicated > 0 || orderViolations > 0 {
 		t.Fatal(line)
 	}
-}
-
-func natsCoord(t *testing.T, ctx context.Context, url string) coord.Coordinator {
-	t.Helper()
-	c, closeFn, err := (&clusterFlags{coordURL: url, clusterName: "broadside"}).openCoordinator(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeFn)
-	return c
-}
-
-// mustMutualTLS returns TLS configs with a client certificate (role
-// client): logd refuses certificates that prove no identity.
-func mustMutualTLS(t *testing.T, ca *transport.DevCA) (server, client *tls.Config) {
-	t.Helper()
-	s, c, err := mesh.DevNodeTLS(ca, mesh.ClientIDBase, "localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, c
 }

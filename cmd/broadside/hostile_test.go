@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,7 +22,6 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
-	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
 	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/internal/hostile"
@@ -69,23 +66,11 @@ func TestHostileRealProcesses(t *testing.T) {
 		t.Skip("starts processes; skipped with -short")
 	}
 	dir := t.TempDir()
-	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
+	ns := startNATS(t, dir)
 	logTLS := filepath.Join(dir, "logtls")
 	if _, err := transport.LoadOrCreateDevCA(logTLS); err != nil {
 		t.Fatal(err)
 	}
-	ids := []msg.NodeID{1, 2, 3, 101, 102}
-	peers := map[msg.NodeID]string{}
-	var parts []string
-	for _, id := range ids {
-		peers[id] = fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
-		parts = append(parts, fmt.Sprintf("%d=%s", id, peers[id]))
-	}
-	peerFlag := strings.Join(parts, ",")
 	var procs []*proc
 	defer func() {
 		for _, p := range procs {
@@ -101,18 +86,11 @@ func TestHostileRealProcesses(t *testing.T) {
 		return f
 	}
 	metricsAddrs := map[msg.NodeID]string{}
-	for _, id := range ids {
-		role := "seq"
-		if id >= cmdlog.FirstShardID {
-			role = "shard"
-		}
+	lc := startLogCluster(t, dir, func(id msg.NodeID) []string {
 		metricsAddrs[id] = freeTCPAddr(t)
-		p := &proc{log: logf(fmt.Sprintf("node-%d.log", id)), args: []string{"logd", "--role", role, "--id", fmt.Sprint(id),
-			"--peers", peerFlag, "--data", filepath.Join(dir, fmt.Sprint(id)), "--tls-dir", logTLS, "--coord", ns.ClientURL(),
-			"--tick", "10ms", "--suspect-ticks", "50", "--metrics-addr", metricsAddrs[id]}}
-		p.start(t)
-		procs = append(procs, p)
-	}
+		return []string{"--tls-dir", logTLS, "--coord", ns.ClientURL(), "--tick", "10ms", "--suspect-ticks", "50", "--metrics-addr", metricsAddrs[id]}
+	})
+	peers, peerFlag := lc.peers, lc.peerFlag
 	for i := 0; ; i++ {
 		if _, err := os.Stat(filepath.Join(logTLS, mesh.DevClientFile)); err == nil {
 			break
@@ -149,16 +127,7 @@ func TestHostileRealProcesses(t *testing.T) {
 		"--log", "--log-peers", peerFlag, "--log-coord", ns.ClientURL(), "--log-tls-dir", logTLS, "--log-tick", "10ms"}}
 	serve.start(t)
 	procs = append(procs, serve)
-	for i := 0; ; i++ {
-		b, _ := os.ReadFile(serveLog.Name())
-		if bytes.Contains(b, []byte("listening on")) {
-			break
-		}
-		if i > 3000 {
-			t.Fatalf("serve did not start:\n%s", b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLogged(t, serveLog.Name(), "listening on", 3000)
 	pid := serve.cmd.Process.Pid
 	secret, err := loadOrCreateSecret(filepath.Join(dir, "server.secret"))
 	if err != nil {
@@ -190,11 +159,7 @@ func TestHostileRealProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	co := natsCoord(t, ctx, ns.ClientURL())
-	rc, err := cmdlog.DialRemote(cmdlog.RemoteConfig{Peers: peers, Coordinator: co, ClientTLS: clientTLS, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
+	rc := lc.dial(t, co, clientTLS)
 	tail0, err := rc.CheckTail(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +227,7 @@ func TestHostileRealProcesses(t *testing.T) {
 	}
 	// The log nodes counted the refusals of their links.
 	var identityRejects, forbidden float64
-	for _, id := range ids {
+	for _, id := range logNodeIDs {
 		m := scrapeMetrics(t, metricsAddrs[id])
 		identityRejects += m["broadside_mesh_identity_rejects_total"]
 		forbidden += m["broadside_mesh_forbidden_total"]
@@ -479,17 +444,6 @@ func hashLog(t *testing.T, ctx context.Context, rc *cmdlog.RemoteClient, tail ui
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum, byPlayer
-}
-
-// freeTCPAddr returns a loopback TCP address free now.
-func freeTCPAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // scrapeMetrics returns the unlabelled samples of a /metrics endpoint.

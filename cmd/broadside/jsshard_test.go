@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,25 +36,9 @@ func TestJetStreamShardRealProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caFile := filepath.Join(dir, "tls", transport.DevCACertFile)
-	natsTLS, err := ca.ServerTLS("127.0.0.1", "localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pwFile := filepath.Join(dir, "nats-password")
-	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := natscoord.StartCluster(3, filepath.Join(dir, "nats"), natscoord.ClusterOptions{
-		Auth: natscoord.ServerAuth{User: "broadside", Password: "s3cret", TLS: natsTLS}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Shutdown()
-	natsURL := nc.URL()
-	connOpts := natscoord.ConnOptions{User: "broadside", Password: "s3cret", CAFile: caFile}
-	natsFlags := []string{"--coord", natsURL, "--coord-replicas", "3", "--nats-user", "broadside",
-		"--nats-password-file", pwFile, "--nats-ca", caFile}
+	nc := startSecureNATS(t, dir, ca)
+	natsURL, connOpts := nc.URL(), nc.conn
+	natsFlags := append([]string{"--coord", natsURL, "--coord-replicas", "3"}, nc.flags...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -74,111 +54,34 @@ func TestJetStreamShardRealProcesses(t *testing.T) {
 	// creating it at once stall each other for seconds on this machine.
 	co := dialCoord()
 
-	ids := []msg.NodeID{1, 2, 3, 101, 102}
-	peers := map[msg.NodeID]string{}
-	var parts []string
-	for _, id := range ids {
-		peers[id] = fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
-		parts = append(parts, fmt.Sprintf("%d=%s", id, peers[id]))
-	}
-	peerFlag := strings.Join(parts, ",")
-	procs := map[msg.NodeID]*proc{}
-	for _, id := range ids {
-		args := []string{"logd", "--role", "seq", "--id", fmt.Sprint(id), "--peers", peerFlag,
-			"--data", filepath.Join(dir, fmt.Sprint(id)), "--tls-dir", filepath.Join(dir, "tls"),
-			"--tick", faultsTick, "--suspect-ticks", faultsSuspect}
+	lc := startLogCluster(t, dir, func(id msg.NodeID) []string {
+		args := []string{"--tls-dir", filepath.Join(dir, "tls"), "--tick", faultsTick, "--suspect-ticks", faultsSuspect}
 		if id >= cmdlog.FirstShardID {
-			args[2] = "shard"
 			args = append(args, "--shard-store", "jetstream", "--shard-replicas", "3")
 		}
-		lf, err := os.Create(filepath.Join(dir, fmt.Sprintf("node-%d.log", id)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lf.Close()
-		p := &proc{log: lf, args: append(args, natsFlags...)}
-		p.start(t)
-		procs[id] = p
-	}
-	defer func() {
-		for _, p := range procs {
-			p.kill()
-		}
-		if t.Failed() {
-			if keep := os.Getenv("BROADSIDE_KEEP_LOGS"); keep != "" {
-				exec.Command("cp", "-r", dir, keep).Run()
-			}
-			for _, id := range ids {
-				b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d.log", id)))
-				lines := strings.Split(string(b), "\n")
-				t.Logf("node %d log tail:\n%s", id, strings.Join(lines[max(0, len(lines)-15):], "\n"))
-			}
-		}
-	}()
+		return append(args, natsFlags...)
+	})
+	procs := lc.procs
 
 	_, client := mustMutualTLS(t, ca)
 
 	const clients, perClient = 2, 3
-	var mu sync.Mutex
-	var records []*appendRecord
-	var acked atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range clients {
-		rc, err := cmdlog.DialRemote(cmdlog.RemoteConfig{Peers: peers, Coordinator: dialCoord(), ClientTLS: client, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		for g := range perClient {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					r := &appendRecord{data: fmt.Sprintf("c%d-g%d-%d", c, g, i), start: time.Now()}
-					actx, acancel := context.WithTimeout(ctx, 20*time.Second)
-					err := rc.Append(actx, []byte(r.data))
-					acancel()
-					r.end, r.acked = time.Now(), err == nil
-					mu.Lock()
-					records = append(records, r)
-					mu.Unlock()
-					if r.acked {
-						acked.Add(1)
-					}
-				}
-			}()
-		}
+	var rcs []*cmdlog.RemoteClient
+	for range clients {
+		rcs = append(rcs, lc.dial(t, dialCoord(), client))
 	}
+	load := startAppends(ctx, rcs, perClient)
+	acked := &load.acked
 	// Stable-gp advances only once both shards stored the positions, so a
 	// read at a fresh tail proves the shards (on JetStream) are live again,
 	// not just the replicas. A fresh client reads, as in the faults test:
 	// a client's link to a shard's previous life is found dead only by the
 	// QUIC idle timeout (30 s); the restarted shard cannot announce itself
 	// to clients.
-	fresh := func() *cmdlog.RemoteClient {
-		t.Helper()
-		rc, err := cmdlog.DialRemote(cmdlog.RemoteConfig{Peers: peers, Coordinator: co, ClientTLS: client, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rc
-	}
 	waitProgress := func(n int64, what string) {
 		t.Helper()
-		target := acked.Load() + n
-		for acked.Load() < target {
-			if ctx.Err() != nil {
-				t.Fatalf("after %s: only %d acknowledged appends, waiting for %d", what, acked.Load(), target)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		rc := fresh()
+		load.waitAcked(t, ctx, n, what)
+		rc := lc.client(t, co, client)
 		defer rc.Close()
 		start := time.Now()
 		tail, err := rc.CheckTail(ctx)
@@ -250,40 +153,10 @@ func TestJetStreamShardRealProcesses(t *testing.T) {
 	waitProgress(2000, "NATS node restart")
 	killRestart(101, false)
 	waitProgress(3000, "shard 101 second kill")
-	close(stop)
-	wg.Wait()
+	records := load.finish()
 
-	rc := fresh()
-	defer rc.Close()
-	tail, err := rc.CheckTail(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := rc.Subscribe(1)
-	pos := map[string]uint64{}
-	duplicated := 0
-	for sub.Position() <= tail {
-		e, err := sub.Next(ctx)
-		if err != nil {
-			t.Fatalf("read %d of %d: %v", sub.Position(), tail, err)
-		}
-		if _, dup := pos[string(e.Record.Data)]; dup {
-			duplicated++
-		}
-		pos[string(e.Record.Data)] = e.Pos
-	}
-	lost, nAcked := 0, 0
-	for _, r := range records {
-		if r.acked {
-			nAcked++
-			if _, ok := pos[r.data]; !ok {
-				lost++
-				if lost < 5 {
-					t.Errorf("acknowledged append %q lost", r.data)
-				}
-			}
-		}
-	}
+	pos, duplicated, tail := readWholeLog(t, ctx, lc.dial(t, co, client))
+	nAcked, lost := lostAcked(t, records, pos)
 	line := fmt.Sprintf("jetstream-shard: %d kills (shard SIGKILLs, one with its disk deleted) and %d NATS node stop, %d acked, %d lost, %d duplicated (%d positions)",
 		kills, natsStops, nAcked, lost, duplicated, tail)
 	fmt.Println(line)

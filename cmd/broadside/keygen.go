@@ -1,10 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/spf13/cobra"
@@ -30,32 +27,9 @@ reordered or changed.`,
   broadside replay verify --key server.pub demo.bsr`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			skey, vkey, err := bsr.GenerateKey(name)
+			spath, vpath, vkey, err := bsr.WriteKeyFiles(dir, name, force)
 			if err != nil {
 				return err
-			}
-			spath, vpath := filepath.Join(dir, "server.key"), filepath.Join(dir, "server.pub")
-			flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
-			if force {
-				flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-			}
-			for _, kf := range []struct {
-				path, text string
-				mode       os.FileMode
-			}{{spath, skey, 0o600}, {vpath, vkey, 0o644}} {
-				f, err := os.OpenFile(kf.path, flags, kf.mode)
-				if errors.Is(err, os.ErrExist) {
-					return fmt.Errorf("%s exists (give --force to replace it)", kf.path)
-				} else if err != nil {
-					return err
-				}
-				if _, err := fmt.Fprintln(f, kf.text); err != nil {
-					f.Close()
-					return err
-				}
-				if err := f.Close(); err != nil {
-					return err
-				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (signer key, keep it secret) and %s (verifier key %s)\n", spath, vpath, vkey)
 			return nil
@@ -68,30 +42,7 @@ reordered or changed.`,
 }
 
 // loadSigner reads a signer key file made by keygen ("" gives nil).
-func loadSigner(path string) (note.Signer, error) {
-	if path == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("signer key: %w", err)
-	}
-	s, err := bsr.NewSigner(string(b))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return s, nil
-}
+func loadSigner(path string) (note.Signer, error) { return bsr.LoadSigner(path) }
 
 // loadVerifier reads a verifier key file made by keygen.
-func loadVerifier(path string) (note.Verifier, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("verifier key: %w", err)
-	}
-	v, err := bsr.NewVerifier(string(b))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return v, nil
-}
+func loadVerifier(path string) (note.Verifier, error) { return bsr.LoadVerifier(path) }

@@ -1,14 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/demo/sinking"
+	"github.com/anoptic/broadside/internal/report"
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/spf13/cobra"
@@ -93,12 +92,7 @@ func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index)
 		return fn(ix)
 	}
 	if lf.recording != "" {
-		r, err := bsr.Open(lf.recording)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		ix, err := r.Lineage()
+		ix, err := bsr.LineageOf(lf.recording)
 		if err != nil {
 			return err
 		}
@@ -107,20 +101,9 @@ func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index)
 	if lf.storeDir == "" {
 		return errors.New("--store DIR, --recording FILE or --server URL is required")
 	}
-	if _, err := os.Stat(lf.storeDir); err != nil {
-		return fmt.Errorf("lineage store %s: %w", lf.storeDir, err)
-	}
-	s, err := lineage.OpenPebble(lf.storeDir, lineage.PebbleOptions{Logger: quietLogger()})
+	ix, err := lineage.IndexDir(cmd.Context(), lf.storeDir, lineage.PebbleOptions{Logger: quietLogger()})
 	if err != nil {
 		return err
-	}
-	defer s.Close()
-	ix, err := lineage.LoadIndex(cmd.Context(), s)
-	if err != nil {
-		return err
-	}
-	if ix.Stats().Ranges == 0 {
-		return fmt.Errorf("lineage store %s holds no lineage", lf.storeDir)
 	}
 	return fn(ix)
 }
@@ -128,7 +111,7 @@ func (lf *lineageFlags) withIndex(cmd *cobra.Command, fn func(ix *lineage.Index)
 // print writes v as JSON with --json, or calls text.
 func (lf *lineageFlags) print(w io.Writer, v func() any, text func()) error {
 	if lf.asJSON {
-		return linWriteJSON(w, v())
+		return report.WriteJSON(w, v())
 	}
 	text()
 	return nil
@@ -167,7 +150,7 @@ derivations before then, across sectors, up to --depth derivations.`,
 }
 
 func runLineageWhy(cmd *cobra.Command, lf *lineageFlags, o lineageWhyFlags) error {
-	e, err := linParseEntity(o.entity)
+	e, err := broadside.ParseEntity(o.entity)
 	if err != nil {
 		return err
 	}
@@ -179,7 +162,7 @@ func runLineageWhy(cmd *cobra.Command, lf *lineageFlags, o lineageWhyFlags) erro
 		r, err := ix.Why(sh, e, o.tick, o.depth)
 		switch {
 		case errors.Is(err, lineage.ErrUnknownEntity):
-			return fmt.Errorf("no lineage recorded for %s up to tick %d", linEntityName(e), o.tick)
+			return fmt.Errorf("no lineage recorded for %s up to tick %d", broadside.EntityName(e), o.tick)
 		case errors.Is(err, lineage.ErrUnknownShard):
 			return fmt.Errorf("no lineage recorded for sector %d", o.shard)
 		case err != nil:
@@ -231,18 +214,7 @@ did. Log positions come from 'lineage why', 'lineage frame' or
 
 func runLineageAffected(cmd *cobra.Command, lf *lineageFlags, o lineageAffectedFlags) error {
 	return lf.withIndex(cmd, func(ix *lineage.Index) error {
-		through := o.until
-		if through == 0 && o.ticks > 0 {
-			c, ok := ix.Command(o.pos)
-			if !ok {
-				return fmt.Errorf("no record at position %d in the lineage store", o.pos)
-			}
-			through = c.Tick + o.ticks
-		}
-		r, err := ix.Affected(o.pos, through)
-		if errors.Is(err, lineage.ErrUnknownCommand) {
-			return fmt.Errorf("the record at position %d was applied to no entity in the stored lineage", o.pos)
-		}
+		r, err := ix.AffectedWithin(o.pos, o.until, o.ticks)
 		if err != nil {
 			return err
 		}
@@ -301,12 +273,7 @@ oldest lineage as it goes.`,
 			return lf.withIndex(cmd, func(ix *lineage.Index) error {
 				st := ix.Stats()
 				w := cmd.OutOrStdout()
-				return lf.print(w, func() any { return st }, func() {
-					ticks := st.LastTick - st.FirstTick + 1
-					fmt.Fprintf(w, "lineage of ticks %d..%d in %d shards: %d ranges, %d bytes (%.0f bytes/tick)\n",
-						st.FirstTick, st.LastTick, st.Shards, st.Ranges, st.Bytes, float64(st.Bytes)/float64(ticks))
-					fmt.Fprintf(w, "%d entities, %d events (%d derivations), %d input records\n", st.Entities, st.Events, st.Derivations, st.Inputs)
-				})
+				return lf.print(w, func() any { return st }, func() { st.WriteText(w) })
 			})
 		},
 	}
@@ -339,17 +306,5 @@ orders behind them.`,
 	return demoCmd
 }
 
-// Entity names: Broadside's ids carry the kind in the top byte (ship:
-// player; ball: sector and serial).
-func linEntityName(e lineage.EntityID) string { return broadside.EntityName(e) }
-
 // linNames names Broadside entities in lineage answers.
 var linNames = lineage.Names{Entity: broadside.EntityName, Kind: broadside.EntityKind}
-
-func linParseEntity(s string) (lineage.EntityID, error) { return broadside.ParseEntity(s) }
-
-func linWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}

@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
+	"github.com/anoptic/broadside/cmdlog/logd"
 	"github.com/spf13/cobra"
 )
 
@@ -53,13 +51,8 @@ func (lc *logClientFlags) withClient(cmd *cobra.Command, fn func(ctx context.Con
 	return fn(ctx, c)
 }
 
-// logAppendLoad is the generated load of 'log append --count'.
-type logAppendLoad struct {
-	count, concurrency, size int
-}
-
 func newLogAppendCmd(lc *logClientFlags) *cobra.Command {
-	var load logAppendLoad
+	var load logd.AppendLoad
 	appendCmd := &cobra.Command{
 		Use:   "append [DATA...]",
 		Short: "Append records; each argument is one record, or --count generated ones",
@@ -83,49 +76,17 @@ orders it (see 'log read').`,
 					fmt.Fprintf(cmd.OutOrStdout(), "appended %d records (durable on every sequencing replica)\n", len(args))
 					return nil
 				}
-				if load.count <= 0 {
+				if load.Count <= 0 {
 					return fmt.Errorf("give records as arguments or --count N")
 				}
-				return load.run(ctx, cmd.OutOrStdout(), c)
+				return load.Run(ctx, cmd.OutOrStdout(), c)
 			})
 		},
 	}
-	appendCmd.Flags().IntVar(&load.count, "count", 0, "append this many generated records")
-	appendCmd.Flags().IntVar(&load.concurrency, "concurrency", 16, "concurrent appends (with --count)")
-	appendCmd.Flags().IntVar(&load.size, "size", 100, "record size in bytes (with --count)")
+	appendCmd.Flags().IntVar(&load.Count, "count", 0, "append this many generated records")
+	appendCmd.Flags().IntVar(&load.Concurrency, "concurrency", 16, "concurrent appends (with --count)")
+	appendCmd.Flags().IntVar(&load.Size, "size", 100, "record size in bytes (with --count)")
 	return appendCmd
-}
-
-// run appends count records of size bytes with concurrency appenders and
-// prints the rate.
-func (l logAppendLoad) run(ctx context.Context, w io.Writer, c *cmdlog.RemoteClient) error {
-	payload := make([]byte, l.size)
-	var next, done atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, l.concurrency)
-	start := time.Now()
-	for range l.concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for next.Add(1) <= int64(l.count) {
-				if err := c.Append(ctx, payload); err != nil {
-					errs <- err
-					return
-				}
-				done.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	close(errs)
-	if err := <-errs; err != nil {
-		return fmt.Errorf("after %d appends: %w", done.Load(), err)
-	}
-	fmt.Fprintf(w, "appended %d records of %d bytes in %v (%.0f appends/s, %d concurrent)\n",
-		done.Load(), l.size, el.Round(time.Millisecond), float64(done.Load())/el.Seconds(), l.concurrency)
-	return nil
 }
 
 func newLogReadCmd(lc *logClientFlags) *cobra.Command {

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
@@ -20,6 +17,7 @@ import (
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/bsr"
+	"github.com/anoptic/broadside/replay/inspect"
 	"github.com/anoptic/broadside/replay/world"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
@@ -44,17 +42,8 @@ func openRecording(path string) (*bsr.Reader, world.Game, broadside.Config, erro
 	return broadside.OpenRecording(path)
 }
 
-// schemaWarning says when a recording was made by another version of the
-// game's rules (re-simulating it may then diverge).
-func schemaWarning(w io.Writer, h bsr.Header) {
-	if h.SchemaVersion != broadside.SchemaVersion {
-		fmt.Fprintf(w, "warning: recorded with game schema version %d, this build is version %d: re-simulation may diverge\n", h.SchemaVersion, broadside.SchemaVersion)
-	}
-}
-
-// errReplayDiverged is returned by 'replay verify' when the recording does
-// not re-simulate (the process exits with status 1).
-var errReplayDiverged = errors.New("the recording does not re-simulate")
+// recGame is what the replay reports need of Broadside.
+var recGame = inspect.Game{TickRate: broadside.TickRate, SchemaVersion: broadside.SchemaVersion, FieldValues: broadside.FieldValues}
 
 // newReplayCmd is `broadside replay`: export, info, verify and seek of .bsr
 // recordings.
@@ -300,70 +289,24 @@ func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions
 		return err
 	}
 	defer es.close()
-	src, game, total, inPos, what := es.src, es.game, es.total, es.inPos, es.what
-	var posTracker *replay.UpTo
-	if o.toTick > 0 && !inPos {
-		total = min(cmp.Or(total, o.toTick), o.toTick)
-	}
-	if inPos {
-		posTracker = &replay.UpTo{Src: src, Last: ^uint64(0)}
-		if ps, ok := src.(*replay.UpTo); ok {
-			posTracker = ps
-		}
-		src = posTracker
-	}
-	fmt.Fprintf(errOut, "recording %s into %s\n", what, o.out)
-	prog := report.NewProgress(errOut, "export", total, inPos, o.noProgress)
-	var tick atomic.Uint64
-	cfg := bsr.RecordConfig{FromTick: o.fromTick, ToTick: o.toTick, Signer: signer,
-		Snapshots: bsr.SnapshotPolicy{FullEvery: o.fullEvery, DeltaEvery: o.deltaEv, SeekTarget: o.seekTarget},
-		Progress: func(t uint64) {
-			tick.Store(t)
-			if posTracker != nil {
-				prog.Set(posTracker.Pos(), t)
-			} else {
-				prog.Set(t, t)
-			}
-		}}
-	st, size, err := recordMatch(ctx, o.out, game, o.world, src, cfg)
-	prog.Finish()
+	fmt.Fprintf(errOut, "recording %s into %s\n", es.what, o.out)
+	src, progress, finish := inspect.ExportProgress(errOut, es.src, es.total, es.inPos, o.toTick, o.noProgress)
+	cfg := bsr.RecordConfig{FromTick: o.fromTick, ToTick: o.toTick, Signer: signer, Progress: progress,
+		Snapshots: bsr.SnapshotPolicy{FullEvery: o.fullEvery, DeltaEvery: o.deltaEv, SeekTarget: o.seekTarget}}
+	st, size, err := recordMatch(ctx, o.out, es.game, o.world, src, cfg)
+	finish()
 	if err != nil {
 		return err
 	}
 	if st.Ticks == 0 {
 		fmt.Fprintf(errOut, "warning: no tick was recorded (%s)\n", st.Stopped)
 	}
-	res := exportJSON{Path: o.out, Bytes: size, BaseTick: st.BaseTick, FirstTick: st.FirstTick, LastTick: st.LastTick,
-		Ticks: st.Ticks, Entries: st.Entries, FullSnapshots: st.FullSnapshots, DeltaSnapshots: st.DeltaSnapshots,
-		Stopped: st.Stopped, Seconds: st.Took.Seconds()}
-	if st.Ticks > 0 {
-		res.BytesPerMinute = float64(size) / (float64(st.Ticks) / broadside.TickRate / 60)
-		res.TicksPerSecond = float64(st.Ticks+st.FastForward) / st.Took.Seconds()
-	}
+	res := recGame.NewExport(o.out, size, st)
 	if o.asJSON {
 		return report.WriteJSON(out, res)
 	}
-	fmt.Fprintf(out, "wrote %s: ticks %d..%d (%s of play), %s (%s per minute)\n", o.out, st.FirstTick, st.LastTick,
-		report.PlayTime(st.Ticks, broadside.TickRate), report.Bytes(float64(size)), report.Bytes(res.BytesPerMinute))
-	fmt.Fprintf(out, "  %d log entries, %d full and %d delta snapshots; recorded in %.1f s (%.0f ticks/s); stopped: %s\n",
-		st.Entries, st.FullSnapshots, st.DeltaSnapshots, st.Took.Seconds(), res.TicksPerSecond, st.Stopped)
+	recGame.PrintExport(out, res)
 	return nil
-}
-
-type exportJSON struct {
-	Path           string  `json:"path"`
-	Bytes          int64   `json:"bytes"`
-	BaseTick       uint64  `json:"base_tick"`
-	FirstTick      uint64  `json:"first_tick"`
-	LastTick       uint64  `json:"last_tick"`
-	Ticks          uint64  `json:"ticks"`
-	Entries        uint64  `json:"entries"`
-	FullSnapshots  int     `json:"full_snapshots"`
-	DeltaSnapshots int     `json:"delta_snapshots"`
-	BytesPerMinute float64 `json:"bytes_per_minute"`
-	TicksPerSecond float64 `json:"ticks_per_sec"`
-	Stopped        string  `json:"stopped"`
-	Seconds        float64 `json:"seconds"`
 }
 
 func newReplayInfoCmd() *cobra.Command {
@@ -387,69 +330,14 @@ snapshots and schedule, its lineage, and the size of each kind of chunk.`,
 			defer r.Close()
 			in := r.Info()
 			if asJSON {
-				return report.WriteJSON(cmd.OutOrStdout(), infoJSON(in, game))
+				return report.WriteJSON(cmd.OutOrStdout(), inspect.InfoJSON(in, game))
 			}
-			printInfo(cmd.OutOrStdout(), in, game)
+			recGame.PrintInfo(cmd.OutOrStdout(), in, fmt.Sprintf("%d × %d m in %d sectors, %d islands", game.Width, game.Height, in.Header.Shards, game.Islands))
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
-}
-
-func infoJSON(in bsr.Info, game broadside.Config) map[string]any {
-	chunks := map[string]any{}
-	for _, k := range in.Chunks {
-		chunks[k.Kind] = map[string]any{"chunks": k.Chunks, "raw_bytes": k.Raw, "stored_bytes": k.Stored}
-	}
-	return map[string]any{
-		"path": in.Path, "game": in.Header.Game, "schema_version": in.Header.SchemaVersion, "tick_rate": in.Header.TickRate,
-		"seed": in.Header.Seed, "world": in.Header.World, "shards": in.Header.Shards, "config": game,
-		"created": time.Unix(0, in.Header.Created).UTC().Format(time.RFC3339),
-		"bytes":   in.FileBytes, "indexed": in.Indexed, "truncated": in.Truncated,
-		"base_tick": in.BaseTick, "first_tick": in.FirstTick, "last_tick": in.LastTick, "ticks": in.Ticks,
-		"seconds": in.Duration.Seconds(), "first_pos": in.FirstPos, "last_pos": in.LastPos,
-		"full_snapshots": in.FullSnapshots, "delta_snapshots": in.DeltaSnapshots,
-		"snapshot_every_ticks": in.SnapshotEvery, "full_every_ticks": in.FullEvery,
-		"lineage_ranges": in.LineageRanges, "bytes_per_minute": in.BytesPerMinute, "chunks": chunks,
-	}
-}
-
-func printInfo(w io.Writer, in bsr.Info, game broadside.Config) {
-	h := in.Header
-	fmt.Fprintf(w, "%s: %s recording (schema %d) of world %d, seed %d, %d × %d m in %d sectors, %d islands\n",
-		in.Path, h.Game, h.SchemaVersion, h.World, h.Seed, game.Width, game.Height, h.Shards, game.Islands)
-	fmt.Fprintf(w, "  recorded %s; %d Hz\n", time.Unix(0, h.Created).UTC().Format(time.RFC3339), h.TickRate)
-	if in.Ticks == 0 {
-		fmt.Fprintf(w, "  no tick recorded (starts from tick %d)\n", in.BaseTick)
-	} else {
-		from := "the start of the match"
-		if in.BaseTick > 0 {
-			from = fmt.Sprintf("a snapshot of tick %d", in.BaseTick)
-		}
-		fmt.Fprintf(w, "  ticks %d..%d: %s of play, from %s; log positions %d..%d\n", in.FirstTick, in.LastTick, report.PlayTime(in.Ticks, broadside.TickRate), from, in.FirstPos, in.LastPos)
-	}
-	fmt.Fprintf(w, "  %s, %s per minute of play\n", report.Bytes(float64(in.FileBytes)), report.Bytes(in.BytesPerMinute))
-	if in.FullSnapshots+in.DeltaSnapshots > 0 {
-		fmt.Fprintf(w, "  snapshots: %d full, %d delta (per sector: one every %.0f ticks, a full one every %.0f)\n",
-			in.FullSnapshots, in.DeltaSnapshots, in.SnapshotEvery, in.FullEvery)
-	}
-	fmt.Fprintf(w, "  lineage: %d ranges\n", in.LineageRanges)
-	if in.Indexed {
-		fmt.Fprintf(w, "  seek index: present\n")
-	} else {
-		fmt.Fprintf(w, "  seek index: missing (recovered by scanning)\n")
-	}
-	if in.Truncated != "" {
-		fmt.Fprintf(w, "  CUT: %s\n", in.Truncated)
-	}
-	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  chunk\tcount\traw\tin file\tshare\t")
-	for _, k := range in.Chunks {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%.1f%%\t\n", k.Kind, k.Chunks, report.Bytes(float64(k.Raw)), report.Bytes(float64(k.Stored)), 100*float64(k.Stored)/float64(max(in.FileBytes, 1)))
-	}
-	tw.Flush()
-	schemaWarning(w, h)
 }
 
 func newReplayVerifyCmd() *cobra.Command {
@@ -503,7 +391,7 @@ after restarts): each later one must prove its log extends the earlier one's.`,
 					}
 					signed = &res
 					if !asJSON {
-						printSigned(out, path, res)
+						inspect.PrintSigned(out, path, res)
 					}
 				}
 			}
@@ -531,16 +419,6 @@ func verifySignedFile(path string, v note.Verifier) (bsr.SignedResult, error) {
 	return bsr.VerifySigned(r, v)
 }
 
-func printSigned(w io.Writer, path string, res bsr.SignedResult) {
-	last := res.Last()
-	end := "final"
-	if !res.Final {
-		end = "NOT final: the recording was cut"
-	}
-	fmt.Fprintf(w, "SIGNED: %s: %d log entries match %d checkpoints signed by %s (tree size %d..%d, root %s at tick %d, %s)\n",
-		path, res.Entries, len(res.Checkpoints), res.Key, res.BaseSize, last.Size, last.Root, last.Tick, end)
-}
-
 // verifyOne re-simulates one recording (signed, if set, is its signed log
 // check, for the JSON output).
 func verifyOne(ctx context.Context, out io.Writer, path string, signed *bsr.SignedResult, asJSON, noProgress bool, errOut io.Writer) error {
@@ -549,79 +427,7 @@ func verifyOne(ctx context.Context, out io.Writer, path string, signed *bsr.Sign
 		return err
 	}
 	defer r.Close()
-	if !asJSON {
-		schemaWarning(out, r.Header())
-		if r.Truncated() != "" {
-			fmt.Fprintf(out, "recording cut: %s\n", r.Truncated())
-		}
-	}
-	prog := report.NewProgress(errOut, "verify", r.LastTick()-r.BaseTick(), false, noProgress || asJSON)
-	res, err := bsr.Verify(ctx, r, game.NewSim, func(t uint64) { prog.Set(t-r.BaseTick(), t) })
-	prog.Finish()
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		m := verifyJSON(res)
-		if signed != nil {
-			last := signed.Last()
-			m["signed"] = map[string]any{"key": signed.Key, "checkpoints": len(signed.Checkpoints), "entries": signed.Entries,
-				"tree_size": last.Size, "root": last.Root.String(), "final": signed.Final}
-		}
-		if err := report.WriteJSON(out, m); err != nil {
-			return err
-		}
-	} else {
-		printVerify(out, r, res)
-	}
-	if !res.OK {
-		return fmt.Errorf("%w: tick %d, sector %d, %s %s", errReplayDiverged, res.FirstTick, res.Shard, res.Entity, res.Field)
-	}
-	return nil
-}
-
-func verifyJSON(res bsr.VerifyResult) map[string]any {
-	m := map[string]any{"ok": res.OK, "ticks": res.Ticks, "chunks": res.Chunks, "seconds": res.Took.Seconds(), "truncated": res.Truncated, "detail": res.Detail}
-	if !res.OK {
-		m["first_tick"], m["shard"], m["want"], m["got"] = res.FirstTick, res.Shard, fmt.Sprintf("%#x", res.Want), fmt.Sprintf("%#x", res.Got)
-		m["diff_tick"], m["table"], m["slot"], m["offset"] = res.DiffTick, res.Table, res.Slot, res.Offset
-		m["entity"], m["field"], m["exact"] = res.Entity, res.Field, res.Exact
-	}
-	return m
-}
-
-func printVerify(w io.Writer, r *bsr.Reader, res bsr.VerifyResult) {
-	h := r.Header()
-	rate := float64(res.Ticks) / max(res.Took.Seconds(), 1e-9)
-	if res.OK {
-		fmt.Fprintf(w, "OK: ticks %d..%d (%s of play) × %d sectors re-simulated, every state hash matches; %d chunks checked (%.1f s, %.0f ticks/s)\n",
-			r.FirstTick(), r.LastTick(), report.PlayTime(res.Ticks, broadside.TickRate), h.Shards, res.Chunks, res.Took.Seconds(), rate)
-		return
-	}
-	fmt.Fprintf(w, "DIVERGED at tick %d (%s into the match) in sector %d\n", res.FirstTick, report.PlayTime(res.FirstTick, broadside.TickRate), res.Shard)
-	fmt.Fprintf(w, "  state hash: recorded %#x, re-simulated %#x\n", res.Want, res.Got)
-	switch {
-	case res.DiffTick == 0:
-		fmt.Fprintf(w, "  no recorded snapshot after it to compare the state with\n")
-	case res.Slot < 0 && res.Offset < 0 && res.Entity == "":
-		fmt.Fprintf(w, "  at tick %d the re-simulated state equals the recorded snapshot: the recorded hash is wrong, or the states converged again\n", res.DiffTick)
-	default:
-		where := fmt.Sprintf("at the snapshot of tick %d", res.DiffTick)
-		if res.Exact {
-			where = fmt.Sprintf("at tick %d itself (located by %s)", res.DiffTick, res.LocatedBy)
-		}
-		fmt.Fprintf(w, "  first difference %s: %s", where, res.Entity)
-		if res.Field != "" {
-			fmt.Fprintf(w, ", field %s", res.Field)
-		}
-		if want, got, ok := broadside.FieldValues(res.Table, res.Offset, res.WantBytes, res.GotBytes); ok {
-			fmt.Fprintf(w, ": recorded %s, re-simulated %s", want, got)
-		} else if len(res.WantBytes) > 0 {
-			fmt.Fprintf(w, " (bytes from offset %d: recorded % x, re-simulated % x)", res.Offset, res.WantBytes, res.GotBytes)
-		}
-		fmt.Fprintln(w)
-	}
-	fmt.Fprintf(w, "  %s\n", res.Detail)
+	return recGame.Verify(ctx, out, errOut, r, game.NewSim, inspect.VerifyOptions{JSON: asJSON, Signed: signed, NoProgress: noProgress})
 }
 
 func newReplaySeekCmd() *cobra.Command {
@@ -654,11 +460,12 @@ ships.`,
 			if err := sk.Seek(tick); err != nil {
 				return err
 			}
-			sum := summarize(sk, ships)
+			sum := seekSummary{inspect.SeekOf(sk), broadside.Summarize(sk.Sims(), ships)}
 			if asJSON {
 				return report.WriteJSON(cmd.OutOrStdout(), sum)
 			}
-			printSeek(cmd.OutOrStdout(), r, sum)
+			recGame.PrintSeek(cmd.OutOrStdout(), r, sum.Seek)
+			sum.WriteText(cmd.OutOrStdout())
 			return nil
 		},
 	}
@@ -669,47 +476,8 @@ ships.`,
 	return cmd
 }
 
+// seekSummary is 'replay seek --json': the seek and the state.
 type seekSummary struct {
-	Tick      uint64  `json:"tick"`
-	TookMs    float64 `json:"took_ms"`
-	RestoreMs float64 `json:"restore_ms"`
-	ReplayMs  float64 `json:"replay_ms"`
-	Replayed  uint64  `json:"replayed_ticks"`
-	Restored  int     `json:"restored_sectors"`
-	Snapshots int     `json:"snapshots"`
-	RawBytes  int64   `json:"snapshot_raw_bytes"`
+	inspect.Seek
 	broadside.StateSummary
-}
-
-func summarize(sk *bsr.Seeker, list int) seekSummary {
-	st := sk.LastSeek()
-	return seekSummary{Tick: sk.Tick(), TookMs: report.Ms(st.Took), RestoreMs: report.Ms(st.Restore), ReplayMs: report.Ms(st.Replay),
-		Replayed: st.Replayed, Restored: st.Restored, Snapshots: st.Snapshots, RawBytes: st.RawBytes,
-		StateSummary: broadside.Summarize(sk.Sims(), list)}
-}
-
-func printSeek(w io.Writer, r *bsr.Reader, s seekSummary) {
-	fmt.Fprintf(w, "tick %d (%s into the match; the recording holds %d..%d)\n", s.Tick, report.PlayTime(s.Tick, broadside.TickRate), r.BaseTick(), r.LastTick())
-	fmt.Fprintf(w, "seek took %.2f ms: %d sectors restored from %d snapshots (%s raw) in %.2f ms, up to %d ticks replayed in %.2f ms\n",
-		s.TookMs, s.Restored, s.Snapshots, report.Bytes(float64(s.RawBytes)), s.RestoreMs, s.Replayed, s.ReplayMs)
-	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "sector\tships\tsunk\tballs\tstate hash (matches the recording)")
-	for _, sec := range s.Sectors {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s\n", sec.Sector, sec.Ships, sec.Sunk, sec.Balls, sec.Hash)
-	}
-	fmt.Fprintf(tw, "all\t%d\t%d\t%d\t\n", s.Ships, s.Sunk, s.Balls)
-	tw.Flush()
-	if len(s.Listed) > 0 {
-		fmt.Fprintln(w, "most damaged ships:")
-		tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "  player\tsector\tx m\ty m\theading\tspeed m/s\thull\tthrottle\trudder")
-		for _, v := range s.Listed {
-			hull := fmt.Sprint(v.Hull)
-			if v.Sunk {
-				hull = "sunk"
-			}
-			fmt.Fprintf(tw, "  %d\t%d\t%.0f\t%.0f\t%.0f°\t%.1f\t%s\t%d%%\t%d%%\n", v.Player, v.Sector, v.X, v.Y, v.Heading, v.Speed, hull, v.Throttle, v.Rudder)
-		}
-		tw.Flush()
-	}
 }

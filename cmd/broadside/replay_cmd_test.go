@@ -173,15 +173,7 @@ func TestReplayVerifyDivergence(t *testing.T) {
 // position order, and records it.
 func TestStoredLogSource(t *testing.T) {
 	game := defaultRecordGame()
-	m := botLog(t, game, 16, 120, 5)
-	var entries []msg.Entry
-	for {
-		e, err := m.Next(context.Background())
-		if err != nil {
-			break
-		}
-		entries = append(entries, e)
-	}
+	entries := botEntries(t, botLog(t, game, 16, 120, 5))
 	dir := filepath.Join(t.TempDir(), "data")
 	const stripe = 64
 	for i := range 2 {
@@ -231,15 +223,7 @@ func TestStoredLogSource(t *testing.T) {
 // TestRecordMatch records a finished match's log and opens it again.
 func TestRecordMatch(t *testing.T) {
 	game := defaultRecordGame()
-	m := botLog(t, game, 8, 90, 6)
-	var entries []msg.Entry
-	for {
-		e, err := m.Next(context.Background())
-		if err != nil {
-			break
-		}
-		entries = append(entries, e)
-	}
+	entries := botEntries(t, botLog(t, game, 8, 90, 6))
 	path := filepath.Join(t.TempDir(), "demo.bsr")
 	g, err := broadside.NewGame(game, 0)
 	if err != nil {
@@ -265,4 +249,17 @@ func botLog(t *testing.T, game broadside.Config, ships int, ticks, seed uint64) 
 	}
 	t.Cleanup(m.Close)
 	return m.Source(ticks)
+}
+
+// botEntries is the whole log of a bot match (botLog).
+func botEntries(t *testing.T, src replay.Source) []msg.Entry {
+	t.Helper()
+	var entries []msg.Entry
+	for {
+		e, err := src.Next(context.Background())
+		if err != nil {
+			return entries
+		}
+		entries = append(entries, e)
+	}
 }

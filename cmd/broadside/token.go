@@ -1,12 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/anoptic/broadside/netcode/server"
@@ -52,7 +47,7 @@ if the file does not exist it is created with 32 random bytes.`,
 			}
 			if id == 0 {
 				if playersFile == "" {
-					playersFile = filepath.Join(filepath.Dir(secretFile), "players")
+					playersFile = server.PlayersFileBeside(secretFile)
 				}
 				if id, err = server.OpenRegistry(playersFile).ID(player); err != nil {
 					return err
@@ -79,27 +74,4 @@ if the file does not exist it is created with 32 random bytes.`,
 
 // loadOrCreateSecret reads a server secret (hex or raw), creating a random
 // one if the file does not exist.
-func loadOrCreateSecret(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		s := make([]byte, 32)
-		if _, err := rand.Read(s); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(path, []byte(hex.EncodeToString(s)+"\n"), 0o600); err != nil {
-			return nil, fmt.Errorf("create secret %s: %w", path, err)
-		}
-		return s, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read secret %s: %w", path, err)
-	}
-	b = bytes.TrimSpace(b)
-	if h, err := hex.DecodeString(string(b)); err == nil {
-		b = h
-	}
-	if len(b) < 16 {
-		return nil, fmt.Errorf("secret %s: shorter than 16 bytes", path)
-	}
-	return b, nil
-}
+func loadOrCreateSecret(path string) ([]byte, error) { return server.LoadOrCreateSecret(path) }

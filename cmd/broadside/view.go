@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -79,23 +78,8 @@ func runView(ctx context.Context, cmd *cobra.Command, o viewOptions, files []str
 			return fmt.Errorf("--ca: %w", err)
 		}
 		live := &web.LiveOptions{Addr: o.server, TLS: tlsConf}
-		switch {
-		case o.token != "":
-			tok := o.token
-			live.Token = func() (string, error) { return tok, nil }
-		case o.tokenFile != "":
-			b, err := os.ReadFile(o.tokenFile)
-			if err != nil {
-				return err
-			}
-			tok := strings.TrimSpace(string(b))
-			live.Token = func() (string, error) { return tok, nil }
-		case o.secretFile != "":
-			secret, err := loadOrCreateSecret(o.secretFile)
-			if err != nil {
-				return err
-			}
-			live.Token = web.SpectatorTokens(secret, o.tokenTTL)
+		if live.Token, err = web.TokenSource(o.token, o.tokenFile, o.secretFile, o.tokenTTL); err != nil {
+			return err
 		}
 		wo.Live = live
 		wo.Open = "" // the live world opens; recordings stay listed

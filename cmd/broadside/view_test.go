@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -59,23 +58,6 @@ func TestLineageWhyRecording(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestViewServesRecording runs 'broadside view FILE' and fetches the page's
 // configuration and the recording.
 func TestViewServesRecording(t *testing.T) {
@@ -86,22 +68,36 @@ func TestViewServesRecording(t *testing.T) {
 	os.WriteFile(rec, []byte("not really a recording"), 0o644)
 	ctx, cancel := context.WithCancel(context.Background())
 	root := newRoot()
-	out := &syncBuffer{}
-	root.SetOut(out)
+	// The view's output, read as it comes: the address line, then the rest
+	// (drained so that the command never blocks on it).
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	root.SetOut(pw)
 	root.SetErr(io.Discard)
 	root.SetArgs([]string{"view", "--listen", "127.0.0.1:0", "--web-dir", dir, rec})
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
-	addrRE := regexp.MustCompile(`viewer: http://([0-9.:]+)/`)
-	var addr string
-	for deadline := time.Now().Add(20 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
-			addr = m[1]
+	addrs := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		addrRE := regexp.MustCompile(`viewer: http://([0-9.:]+)/`)
+		for sc.Scan() {
+			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil {
+				addrs <- m[1]
+				break
+			}
 		}
-	}
-	if addr == "" {
+		io.Copy(io.Discard, pr)
+	}()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-done:
 		cancel()
-		t.Fatalf("no address printed: %q (%v)", out.String(), <-done)
+		t.Fatalf("view ended before printing its address: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatalf("no address printed (%v)", <-done)
 	}
 	resp, err := http.Get("http://" + addr + "/config.json")
 	if err != nil {

@@ -3,101 +3,34 @@ package viewer
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/anoptic/broadside/cmdlog/msg"
-	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/demo/viewer/web/livetest"
 	"github.com/anoptic/broadside/netcode/server"
-	"github.com/anoptic/broadside/netcode/transport"
-	"github.com/anoptic/broadside/replay/world"
 )
-
-// frameStore is a game server's state fan-out in miniature: sealed frames
-// by tick, encoded with broadside's StateEncoder.
-type frameStore struct {
-	mu     sync.Mutex
-	frames map[uint64]*broadside.Frame
-	enc    broadside.StateEncoder
-}
-
-func (s *frameStore) EncodeState(dst []byte, viewer uint32, tick, base uint64) ([]byte, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.frames[tick]
-	if cur == nil {
-		return dst, false
-	}
-	var b *broadside.Frame
-	if base != 0 {
-		if b = s.frames[base]; b == nil {
-			return dst, false
-		}
-	}
-	return s.enc.Encode(dst, cur, b, viewer), true
-}
-
-type discardLog struct{}
-
-func (discardLog) AppendWithID(context.Context, msg.RecordID, []byte) error { return nil }
 
 // TestLiveSpectator runs a game server on loopback that publishes a bot
 // world's state, follows it with DialLive, and checks that the frames the
 // viewer shows are the server's, tick for tick.
 func TestLiveSpectator(t *testing.T) {
-	ca, err := transport.NewDevCA()
+	w, err := livetest.Start(livetest.Options{Manual: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stls, err := ca.ServerTLS("localhost")
+	defer w.Close()
+	token, err := w.Token(900, server.AudienceSpectator)
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret := []byte("viewer-live-test-secret-0123456789")
-	store := &frameStore{frames: map[uint64]*broadside.Frame{}}
-	srv, err := server.New(server.Config{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret, Log: discardLog{},
-		State: store, TickRate: broadside.TickRate, Tick: func() uint64 { return 0 }, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
-	token, err := server.IssueToken(secret, server.Claims{Player: "viewer", PlayerID: 900, Expires: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	cfg := broadside.Config{Seed: 5, Width: 2000, Height: 2000, SectorsX: 2, SectorsY: 2, Islands: 4}
-	match, err := broadside.NewBotMatch(cfg, 12, 5, world.LocalConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer match.Close()
-	var prev *broadside.Frame
+	ctx, cfg := context.Background(), w.Config
 	step := func() uint64 {
-		if err := match.Step(); err != nil {
+		tick, err := w.Step()
+		if err != nil {
 			t.Fatal(err)
 		}
-		f := broadside.NewFrame(match.World().Tick())
-		for i := range match.World().Shards() {
-			f.AddSector(match.Sector(i))
-		}
-		f.Seal(prev, 0)
-		prev = f
-		store.mu.Lock()
-		store.frames[f.Tick] = f
-		store.mu.Unlock()
-		srv.Publish(f.Tick)
-		return f.Tick
+		return tick
 	}
 
 	// The spectator connects while the world runs.
@@ -109,7 +42,7 @@ func TestLiveSpectator(t *testing.T) {
 	go func() {
 		dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
 		defer dcancel()
-		l, err := DialLive(dctx, LiveOptions{Addr: srv.Addr(), TLS: ca.ClientTLS(), Token: token, Config: cfg, History: 90})
+		l, err := DialLive(dctx, LiveOptions{Addr: w.Server.Addr(), TLS: w.ClientTLS, Token: token, Config: cfg, History: 90})
 		dc <- dialed{l, err}
 	}()
 	var live *Live
@@ -165,9 +98,7 @@ func TestLiveSpectator(t *testing.T) {
 			continue // a dropped update: the frame before is shown
 		}
 		held++
-		store.mu.Lock()
-		want := store.frames[tick]
-		store.mu.Unlock()
+		want := w.Frame(tick)
 		if len(got.Ships) != len(want.Ships) || len(got.Balls) != len(want.Balls) {
 			t.Fatalf("tick %d: %d ships %d balls, server has %d and %d", tick, len(got.Ships), len(got.Balls), len(want.Ships), len(want.Balls))
 		}

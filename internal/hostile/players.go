@@ -125,6 +125,20 @@ func (p *PlayerTarget) dial(ctx context.Context, ep *transport.Endpoint) (*trans
 	return ep.Dial(dctx, p.Addr)
 }
 
+// connect dials the server from an endpoint of its own (endpoint, with
+// datagrams or not); done closes the endpoint.
+func (p *PlayerTarget) connect(ctx context.Context, datagrams bool) (conn *transport.Conn, done func(), err error) {
+	ep, err := p.endpoint(datagrams)
+	if err != nil {
+		return nil, nil, err
+	}
+	if conn, err = p.dial(ctx, ep); err != nil {
+		ep.Close()
+		return nil, nil, err
+	}
+	return conn, func() { ep.Close() }, nil
+}
+
 // token issues a token of the attacker's (a fresh one: a takeover needs a
 // newer token than the last one the server saw for the player).
 func (p *PlayerTarget) token(aud server.Audience, player uint32, ttl time.Duration, secret []byte) string {
@@ -240,15 +254,11 @@ func (p *PlayerTarget) refusedHello(ctx context.Context, token string, spectator
 }
 
 func (p *PlayerTarget) garbageHello(ctx context.Context) (bool, string) {
-	ep, err := p.endpoint(false)
+	conn, done, err := p.connect(ctx, false)
 	if err != nil {
 		return false, err.Error()
 	}
-	defer ep.Close()
-	conn, err := p.dial(ctx, ep)
-	if err != nil {
-		return false, err.Error()
-	}
+	defer done()
 	st, err := conn.OpenStream(ctx)
 	if err != nil {
 		return false, err.Error()
@@ -267,15 +277,11 @@ func (p *PlayerTarget) garbageAfterHello(ctx context.Context) (bool, string) {
 }
 
 func (p *PlayerTarget) oversizedHello(ctx context.Context) (bool, string) {
-	ep, err := p.endpoint(false)
+	conn, done, err := p.connect(ctx, false)
 	if err != nil {
 		return false, err.Error()
 	}
-	defer ep.Close()
-	conn, err := p.dial(ctx, ep)
-	if err != nil {
-		return false, err.Error()
-	}
+	defer done()
 	qs, err := conn.QUIC().OpenStream()
 	if err != nil {
 		return false, err.Error()
@@ -396,15 +402,11 @@ func (p *PlayerTarget) noStreams(ctx context.Context) (bool, string) {
 // and after it: QUIC's stream limit refuses them (the server allows one
 // bidirectional stream and no unidirectional ones).
 func (p *PlayerTarget) streamFlood(ctx context.Context) (bool, string) {
-	ep, err := p.endpoint(false)
+	conn, done, err := p.connect(ctx, false)
 	if err != nil {
 		return false, err.Error()
 	}
-	defer ep.Close()
-	conn, err := p.dial(ctx, ep)
-	if err != nil {
-		return false, err.Error()
-	}
+	defer done()
 	if _, err := conn.QUIC().OpenStream(); err != nil {
 		return false, "the first stream was refused: " + err.Error()
 	}
@@ -437,15 +439,11 @@ func (p *PlayerTarget) streamFlood(ctx context.Context) (bool, string) {
 // advertise them, so QUIC refuses them), and raw UDP garbage to its port
 // is dropped by QUIC.
 func (p *PlayerTarget) datagramFlood(ctx context.Context) (bool, string) {
-	ep, err := p.endpoint(true)
+	conn, done, err := p.connect(ctx, true)
 	if err != nil {
 		return false, err.Error()
 	}
-	defer ep.Close()
-	conn, err := p.dial(ctx, ep)
-	if err != nil {
-		return false, err.Error()
-	}
+	defer done()
 	if conn.QUIC().ConnectionState().SupportsDatagrams.Remote {
 		return false, "the server advertises datagram support"
 	}

@@ -27,6 +27,9 @@ type Options struct {
 	// Ships and Seed make the bot match (defaults 12 and 5).
 	Ships int
 	Seed  uint64
+	// Manual leaves the stepping to the caller (World.Step), as fast as
+	// it likes, instead of stepping at the tick rate.
+	Manual bool
 }
 
 // World is a running world and its game server.
@@ -38,6 +41,8 @@ type World struct {
 	// ClientTLS trusts the server.
 	ClientTLS *tls.Config
 
+	match  *broadside.BotMatch
+	prev   *broadside.Frame // the last frame stepped (Step's goroutine only)
 	tick   atomic.Uint64
 	mu     sync.Mutex
 	frames map[uint64]*broadside.Frame
@@ -102,48 +107,59 @@ func Start(o Options) (*World, error) {
 		return nil, err
 	}
 	w.Server = srv
-	match, err := broadside.NewBotMatch(cfg, o.Ships, o.Seed, world.LocalConfig{})
-	if err != nil {
+	if w.match, err = broadside.NewBotMatch(cfg, o.Ships, o.Seed, world.LocalConfig{}); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	go func() { w.served <- srv.Serve(ctx) }()
-	go w.run(ctx, match)
+	if o.Manual {
+		close(w.done)
+	} else {
+		go w.run(ctx)
+	}
 	return w, nil
 }
 
-// run steps the match at the tick rate and publishes every tick.
-func (w *World) run(ctx context.Context, match *broadside.BotMatch) {
+// run steps the match at the tick rate.
+func (w *World) run(ctx context.Context) {
 	defer close(w.done)
-	defer match.Close()
 	t := time.NewTicker(time.Second / broadside.TickRate)
 	defer t.Stop()
-	var prev *broadside.Frame
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := match.Step(); err != nil {
+		if _, err := w.Step(); err != nil {
 			return
 		}
-		f := broadside.NewFrame(match.World().Tick())
-		for i := range match.World().Shards() {
-			f.AddSector(match.Sector(i))
-		}
-		f.Seal(prev, 0)
-		prev = f
-		w.mu.Lock()
-		w.frames[f.Tick] = f
-		if f.Tick > keep {
-			delete(w.frames, f.Tick-keep)
-		}
-		w.mu.Unlock()
-		w.tick.Store(f.Tick)
-		w.Server.Publish(f.Tick)
 	}
+}
+
+// Step steps the match one tick and publishes the tick's frame, returning
+// the tick. With Options.Manual the caller steps; otherwise only the
+// world does.
+func (w *World) Step() (uint64, error) {
+	if err := w.match.Step(); err != nil {
+		return 0, err
+	}
+	f := broadside.NewFrame(w.match.World().Tick())
+	for i := range w.match.World().Shards() {
+		f.AddSector(w.match.Sector(i))
+	}
+	f.Seal(w.prev, 0)
+	w.prev = f
+	w.mu.Lock()
+	w.frames[f.Tick] = f
+	if f.Tick > keep {
+		delete(w.frames, f.Tick-keep)
+	}
+	w.mu.Unlock()
+	w.tick.Store(f.Tick)
+	w.Server.Publish(f.Tick)
+	return f.Tick, nil
 }
 
 // Tick returns the newest tick the world stepped (what players see).
@@ -166,4 +182,5 @@ func (w *World) Close() {
 	w.cancel()
 	<-w.done
 	<-w.served
+	w.match.Close()
 }

@@ -402,13 +402,23 @@ func (c *Cluster) WaitLog(ctx context.Context, name, s string, timeout time.Dura
 	}
 }
 
-// Leader returns the process name of the log's sequencing leader.
+// Leader returns the process name of the log's sequencing leader. It
+// retries for up to 30 s: right after a NATS node's restart a request
+// through it may go unanswered until it rejoins the JetStream cluster.
 func (c *Cluster) Leader(ctx context.Context) (string, error) {
-	v, _, err := c.Coord.Get(ctx)
-	if err != nil {
-		return "", err
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		v, _, err := c.Coord.Get(gctx)
+		cancel()
+		if err == nil {
+			return fmt.Sprintf("node-%d", v.Leader), nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", fmt.Errorf("cluster: the log's view: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Sprintf("node-%d", v.Leader), nil
 }
 
 // DialLog returns a client of the log cluster.

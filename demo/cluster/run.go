@@ -36,6 +36,9 @@ type Options struct {
 	Quiet time.Duration
 	// Out receives progress lines (nil: none).
 	Out io.Writer
+	// MinDuration: the bots play on after the faults until this long
+	// after the start.
+	MinDuration time.Duration
 }
 
 // Takeover is one sector live again under another worker after a worker
@@ -255,6 +258,7 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 	fail := func(err error) (Report, error) {
 		stopBots()
 		bwg.Wait()
+		rep.Acked = p.nAcked()
 		return rep, err
 	}
 
@@ -404,6 +408,7 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 	sleep(ctx, time.Until(at.Add(3*time.Second)))
 	rep.LeaderBack = p.longestGap(at, 3*time.Second)
 
+	sleep(ctx, time.Until(start.Add(o.MinDuration)))
 	stopBots()
 	bwg.Wait()
 	if botErr != nil {

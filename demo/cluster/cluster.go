@@ -13,10 +13,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,8 +108,9 @@ type Cluster struct {
 	// Peers are the log nodes' addresses; PeerFlag the same as --peers.
 	Peers    map[msg.NodeID]string
 	PeerFlag string
-	// FrontEnds maps a front end's name to its players' UDP address.
-	FrontEnds map[string]string
+	// FrontEnds maps a front end's name to its players' UDP address,
+	// Admin to its admin HTTP address (/readyz, /world).
+	FrontEnds, Admin map[string]string
 	// Workers and FrontEndNames name the processes in start order.
 	Workers, FrontEndNames []string
 	// CA issues the clients' certificates.
@@ -134,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if cfg.LogTick == "" {
 		cfg.LogTick, cfg.SuspectTicks = "10ms", "50"
 	}
-	c = &Cluster{cfg: cfg, Dir: cfg.Dir, procs: map[string]*Proc{}, FrontEnds: map[string]string{},
+	c = &Cluster{cfg: cfg, Dir: cfg.Dir, procs: map[string]*Proc{}, FrontEnds: map[string]string{}, Admin: map[string]string{},
 		game: []string{"--world-size", fmt.Sprint(cfg.WorldSize), "--islands", fmt.Sprint(cfg.Islands)}}
 	defer func() {
 		if err != nil {
@@ -252,10 +256,15 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 		c.Workers = append(c.Workers, w)
 	}
+	admin, err := freePorts("tcp", cfg.FrontEnds)
+	if err != nil {
+		return c, err
+	}
 	for i := range cfg.FrontEnds {
 		fe := fmt.Sprintf("fe-%c", 'A'+i)
 		c.FrontEnds[fe] = fmt.Sprintf("127.0.0.1:%d", udp[len(LogNodes)+i])
-		if err := c.start(fe, append(append(append([]string{"serve", "--dev", "--listen", c.FrontEnds[fe], "--admin-addr", "",
+		c.Admin[fe] = fmt.Sprintf("127.0.0.1:%d", admin[i])
+		if err := c.start(fe, append(append(append([]string{"serve", "--dev", "--listen", c.FrontEnds[fe], "--admin-addr", c.Admin[fe],
 			"--tls-dir", c.TLSDir, "--secret-file", c.SecretFile, "--data", filepath.Join(cfg.Dir, fe), "--log", "--world", c.NATSURL, "--ticker"},
 			c.game...), creds...), logFlags...)...); err != nil {
 			return c, err
@@ -400,6 +409,44 @@ func (c *Cluster) WaitLog(ctx context.Context, name, s string, timeout time.Dura
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Ready asks the front end's /readyz: nil when it answers 200.
+func (c *Cluster) Ready(ctx context.Context, fe string) error {
+	b, code, err := c.adminGet(ctx, fe, "/readyz")
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("cluster: %s /readyz: %d %s", fe, code, strings.TrimSpace(string(b)))
+	}
+	return err
+}
+
+// Status returns the front end's /world status.
+func (c *Cluster) Status(ctx context.Context, fe string) (natsworld.FrontEndStatus, error) {
+	var st natsworld.FrontEndStatus
+	b, code, err := c.adminGet(ctx, fe, "/world")
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("cluster: %s /world: %d %s", fe, code, strings.TrimSpace(string(b)))
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	return st, err
+}
+
+func (c *Cluster) adminGet(ctx context.Context, fe, path string) ([]byte, int, error) {
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+c.Admin[fe]+path, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return b, resp.StatusCode, err
 }
 
 // Leader returns the process name of the log's sequencing leader. It

@@ -90,7 +90,8 @@ func (r Report) Summary(w io.Writer) {
 		fmt.Fprintf(w, "  takeover       sector %d on %s (%s) live %v after the failure: lease expiry %v, restore %v, replay %v; %d ticks missing from the frames\n",
 			tk.Sector, tk.Worker, mode, tk.Total.Round(time.Millisecond), tk.Expiry.Round(time.Millisecond), tk.Restore.Round(time.Millisecond), tk.Replay.Round(time.Millisecond), tk.Gap)
 	}
-	fmt.Fprintf(w, "  front end      %s listening again %v after its SIGKILL, its bots acknowledged again after %v\n", r.FrontEnd, r.FrontEndRestart.Round(time.Millisecond), r.FrontEndBack.Round(time.Millisecond))
+	fmt.Fprintf(w, "  front end      %s listening again %v after its SIGKILL, ready (/readyz) after %v, its bots acknowledged again after %v\n", r.FrontEnd,
+		r.FrontEndRestart.Round(time.Millisecond), r.FrontEndReady.Round(time.Millisecond), r.FrontEndBack.Round(time.Millisecond))
 	fmt.Fprintf(w, "  log and NATS   longest wait for an acknowledgement in the 3 s after the NATS node's SIGKILL %v, after the leader's %v\n", r.NATSBack.Round(time.Millisecond), r.LeaderBack.Round(time.Millisecond))
 	fmt.Fprintf(w, "  determinism    %d published frames checked against a re-simulation of the whole log (%d positions, %d ticks x %d sectors): %d differ; %d sector-ticks reached no frame this demo received\n",
 		r.Checked, r.Positions, r.Ticks, r.Sectors, r.Mismatched, r.Missing)

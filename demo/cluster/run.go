@@ -21,6 +21,7 @@ import (
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/world/natsworld"
 )
 
 // Options configure Play.
@@ -88,6 +89,11 @@ type Report struct {
 	// SIGKILL to its restarted process listening.
 	FrontEnd                      string
 	FrontEndBack, FrontEndRestart time.Duration
+	// FrontEndReady is from the SIGKILL to the restarted front end's
+	// /readyz answering 200.
+	FrontEndReady time.Duration
+	// Statuses are the front ends' /world answers before the faults.
+	Statuses []natsworld.FrontEndStatus
 	// LeaderBack and NATSBack: the longest wait for an acknowledgement
 	// (of any bot) in the 3 s after the SIGKILL.
 	LeaderBack, NATSBack time.Duration
@@ -147,13 +153,13 @@ func (r Report) Detail() string {
 	return fmt.Sprintf("cluster: %d takeovers: lease expiry p50/max %s ms, restore %s ms, replay %s ms; ticks missing from the frames per takeover: %s; "+
 		"frame latency p50/p99/max %.2f/%.2f/%.2f ms; %d frames checked against the re-simulation of %d log positions (%d ticks x %d sectors, %d sector-ticks never received), %d lease claims and %d migrations in the log; "+
 		"the other sectors' tick interval p50/p99 during takeovers %.1f/%.1f ms (%d ticks), quiet %.1f/%.1f ms (%d ticks); "+
-		"front end %s SIGKILLed: listening again after %.0f ms, its bots acknowledged again after %.0f ms; the longest wait for an acknowledgement in the 3 s after a NATS node's SIGKILL %.0f ms, after the leader's %.0f ms; "+
+		"front end %s SIGKILLed: listening again after %.0f ms, /readyz 200 after %.0f ms, its bots acknowledged again after %.0f ms; the longest wait for an acknowledgement in the 3 s after a NATS node's SIGKILL %.0f ms, after the leader's %.0f ms; "+
 		"bots sent %d, %d reconnections, %d commands resent",
 		len(r.Takeovers), f(func(t Takeover) time.Duration { return t.Expiry }), f(func(t Takeover) time.Duration { return t.Restore }),
 		f(func(t Takeover) time.Duration { return t.Replay }), strings.Join(gaps, ", "),
 		msf(r.LatencyP50), msf(r.LatencyP99), msf(r.LatencyMax), r.Checked, r.Positions, r.Ticks, r.Sectors, r.Missing, r.Claims, r.Migrations,
 		msf(r.DuringP50), msf(r.DuringP99), r.DuringN, msf(r.QuietP50), msf(r.QuietP99), r.QuietN,
-		r.FrontEnd, msf(r.FrontEndRestart), msf(r.FrontEndBack), msf(r.NATSBack), msf(r.LeaderBack),
+		r.FrontEnd, msf(r.FrontEndRestart), msf(r.FrontEndReady), msf(r.FrontEndBack), msf(r.NATSBack), msf(r.LeaderBack),
 		sent, reconnects, resent)
 }
 
@@ -268,6 +274,21 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 	if _, err := p.settle(ctx, "start"); err != nil {
 		return fail(err)
 	}
+	// Every front end ready, its status naming every sector's owner.
+	for _, fe := range c.FrontEndNames {
+		if _, err := p.waitReady(ctx, fe); err != nil {
+			return fail(err)
+		}
+		st, err := c.Status(ctx, fe)
+		if err != nil {
+			return fail(err)
+		}
+		if len(st.Sectors) != int(p.n) || st.Ticker == "" || len(st.Workers) != len(c.Workers) {
+			return fail(fmt.Errorf("%s /world: %d sectors, Ticker on %q, workers %v", fe, len(st.Sectors), st.Ticker, st.Workers))
+		}
+		rep.Statuses = append(rep.Statuses, st)
+	}
+	p.say("front ends ready (/readyz); /world: Ticker lease on %s, workers %v", rep.Statuses[0].Ticker, rep.Statuses[0].Workers)
 	quietFrom := time.Now()
 	sleep(ctx, o.Quiet)
 
@@ -362,13 +383,18 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 		return fail(err)
 	}
 	rep.FrontEndRestart = time.Since(feKilled)
+	if _, err := p.waitReady(ctx, fe); err != nil {
+		return fail(err)
+	}
+	rep.FrontEndReady = time.Since(feKilled)
 	for deadline := time.Now().Add(30 * time.Second); feAcks != nil && feAcks.Load() <= before+int64(o.Bots); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fail(fmt.Errorf("front end %s restarted: its bots were not acknowledged again within 30 s", fe))
 		}
 	}
 	rep.FrontEndBack = time.Since(feKilled)
-	p.say("front end %s listening again after %v, its bots acknowledged again after %v", fe, rep.FrontEndRestart.Round(time.Millisecond), rep.FrontEndBack.Round(time.Millisecond))
+	p.say("front end %s listening again after %v, ready (/readyz) after %v, its bots acknowledged again after %v", fe, rep.FrontEndRestart.Round(time.Millisecond),
+		rep.FrontEndReady.Round(time.Millisecond), rep.FrontEndBack.Round(time.Millisecond))
 	if err := p.waitTicks(ctx, 30, "front end restart"); err != nil {
 		return fail(err)
 	}
@@ -461,6 +487,23 @@ func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
+	}
+}
+
+// waitReady waits until the front end's /readyz answers 200 (up to 30 s)
+// and returns how long that took.
+func (p *play) waitReady(ctx context.Context, fe string) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(30 * time.Second)
+	for {
+		err := p.c.Ready(ctx, fe)
+		if err == nil {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, fmt.Errorf("%s not ready within 30 s: %w", fe, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

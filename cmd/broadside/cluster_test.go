@@ -77,3 +77,47 @@ func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(string(b[:len(b)-min(1, len(b))]))
 	return len(b), nil
 }
+
+// TestClusterThroughput measures the world's throughput on 1, 2 and 3
+// sector workers under a steady load of bots, no faults (not in make
+// test: BROADSIDE_CLUSTER_BENCH=1; BROADSIDE_CLUSTER_BOTS and
+// BROADSIDE_CLUSTER_RATE set the load, default 24 bots at 10/s). It
+// prints a cluster-throughput line per worker count.
+func TestClusterThroughput(t *testing.T) {
+	if os.Getenv("BROADSIDE_CLUSTER_BENCH") == "" {
+		t.Skip("a benchmark: set BROADSIDE_CLUSTER_BENCH=1")
+	}
+	bots, rate := 24, 10.0
+	if v := os.Getenv("BROADSIDE_CLUSTER_BOTS"); v != "" {
+		fmt.Sscan(v, &bots)
+	}
+	if v := os.Getenv("BROADSIDE_CLUSTER_RATE"); v != "" {
+		fmt.Sscan(v, &rate)
+	}
+	for _, workers := range []int{1, 2, 3} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		dir := t.TempDir()
+		c, err := cluster.Start(ctx, cluster.Config{Dir: dir, Workers: workers, LogTick: faultsTick, SuspectTicks: faultsSuspect,
+			Command: func(args ...string) *exec.Cmd {
+				cmd := exec.Command(os.Args[0], args...)
+				cmd.Env = append(os.Environ(), "BROADSIDE_TEST_MAIN=1")
+				return cmd
+			}})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		th, err := cluster.Measure(ctx, c, cluster.MeasureOptions{Bots: bots, Rate: rate, Duration: 20 * time.Second})
+		if err != nil {
+			for _, n := range c.Names() {
+				t.Logf("%s log tail:\n%s", n, c.LogTail(n, 10))
+			}
+		}
+		c.Close()
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println("cluster-throughput: " + th.String())
+	}
+}

@@ -151,6 +151,11 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return c, err
 	}
 	c.CAFile = filepath.Join(c.TLSDir, transport.DevCACertFile)
+	// The log clients' certificate (workers, front ends), before any log
+	// node would make it.
+	if err := mesh.EnsureDevClientCert(c.TLSDir, c.CA); err != nil {
+		return c, err
+	}
 	c.PasswordFile = filepath.Join(cfg.Dir, "nats-password")
 	pw := make([]byte, 16)
 	if _, err := rand.Read(pw); err != nil {

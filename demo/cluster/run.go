@@ -279,12 +279,16 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 		if _, err := p.waitReady(ctx, fe); err != nil {
 			return fail(err)
 		}
-		st, err := c.Status(ctx, fe)
-		if err != nil {
-			return fail(err)
-		}
-		if len(st.Sectors) != int(p.n) || st.Ticker == "" || len(st.Workers) != len(c.Workers) {
-			return fail(fmt.Errorf("%s /world: %d sectors, Ticker on %q, workers %v", fe, len(st.Sectors), st.Ticker, st.Workers))
+		// The status may lag a moment (a registration renewed late).
+		var st natsworld.FrontEndStatus
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			st, err = c.Status(ctx, fe)
+			if err == nil && len(st.Sectors) == int(p.n) && st.Ticker != "" && len(st.Workers) == len(c.Workers) {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fail(fmt.Errorf("%s /world: %d sectors, Ticker on %q, workers %v (%v)", fe, len(st.Sectors), st.Ticker, st.Workers, err))
+			}
 		}
 		rep.Statuses = append(rep.Statuses, st)
 	}

@@ -68,10 +68,13 @@ type serveOptions struct {
 	viewerDir  string
 	// worldURL (--world) makes the server a front end of a world whose
 	// sectors run on sector workers: their frames come from its NATS.
-	worldURL    string
-	worldID     uint32
-	worldNATS   natsFlags
-	worldTicker bool
+	worldURL  string
+	worldID   uint32
+	worldNATS natsFlags
+	// worldReplicas (--world-replicas): the lease buckets' replicas
+	// if the front end creates them.
+	worldReplicas int
+	worldTicker   bool
 	// killAtSnapshot, a test hook, SIGKILLs the process as it is about to
 	// store its Nth snapshot.
 	killAtSnapshot int
@@ -154,6 +157,7 @@ it; in production give --cert and --key.`,
 	o.external.registerPrefixed(f, "log-")
 	f.StringVar(&o.worldURL, "world", "", "be a front end of a world run by sector workers ('broadside sector'): nats://HOST:PORT of its NATS servers (comma separated), with --log and the log- flags of its command log; this process runs sessions and intake, no sectors, and serves players the frames the workers publish")
 	f.Uint32Var(&o.worldID, "world-id", 1, "with --world: the world id (as the workers' --world)")
+	f.IntVar(&o.worldReplicas, "world-replicas", 1, "with --world: replicas of the lease buckets if this front end creates them (3 on a NATS cluster)")
 	f.BoolVar(&o.worldTicker, "ticker", false, "with --world: compete for the world's Ticker lease (with the workers' --ticker) and append the tick markers while holding it")
 	o.worldNATS.register(f, "")
 	return cmd
@@ -397,7 +401,7 @@ func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog 
 	host, _ := os.Hostname()
 	node, err = natsworld.StartFrontEndNode(ctx, natsworld.FrontEndNodeConfig{World: o.worldID, Sectors: sectors, Frames: frames, Conn: nc,
 		OnFrame: publish, Logger: log, Ticker: o.worldTicker, TickerID: fmt.Sprintf("fe-%s-%d", sanitizeID(host), os.Getpid()),
-		Log: worldLog, Rate: broadside.TickRate})
+		Log: worldLog, Rate: broadside.TickRate, Replicas: o.worldReplicas})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

@@ -118,9 +118,10 @@ type Cluster struct {
 
 	// Coord is a view coordinator client (the log's leader); Conn a NATS
 	// connection; Leases a lease reader.
-	Coord  coord.Coordinator
-	Conn   *nats.Conn
-	Leases *natsworld.Leases
+	Coord        coord.Coordinator
+	Conn         *nats.Conn
+	Leases       *natsworld.Leases
+	TickerLeases *natsworld.Leases
 
 	mu      sync.Mutex
 	procs   map[string]*Proc
@@ -221,6 +222,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if c.Leases, err = natsworld.OpenLeases(ctx, js, natsworld.LeasesConfig{World: World, Worker: "observer", Replicas: 3}); err != nil {
 		return c, err
 	}
+	if c.TickerLeases, err = natsworld.OpenTickerLeases(ctx, js, natsworld.LeasesConfig{World: World, Worker: "observer", Replicas: 3}); err != nil {
+		return c, err
+	}
 	if _, err := natsworld.OpenSnapshotStore(ctx, js, natsworld.SnapshotStoreConfig{World: World, Replicas: 3}); err != nil {
 		return c, err
 	}
@@ -270,7 +274,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		c.FrontEnds[fe] = fmt.Sprintf("127.0.0.1:%d", udp[len(LogNodes)+i])
 		c.Admin[fe] = fmt.Sprintf("127.0.0.1:%d", admin[i])
 		if err := c.start(fe, append(append(append([]string{"serve", "--dev", "--listen", c.FrontEnds[fe], "--admin-addr", c.Admin[fe],
-			"--tls-dir", c.TLSDir, "--secret-file", c.SecretFile, "--data", filepath.Join(cfg.Dir, fe), "--log", "--world", c.NATSURL, "--ticker"},
+			"--tls-dir", c.TLSDir, "--secret-file", c.SecretFile, "--data", filepath.Join(cfg.Dir, fe), "--log", "--world", c.NATSURL, "--world-replicas", "3", "--ticker"},
 			c.game...), creds...), logFlags...)...); err != nil {
 			return c, err
 		}
@@ -452,6 +456,12 @@ func (c *Cluster) adminGet(ctx context.Context, fe, path string) ([]byte, int, e
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return b, resp.StatusCode, err
+}
+
+// TickerHolder returns who holds the Ticker's lease ("" if nobody).
+func (c *Cluster) TickerHolder(ctx context.Context) string {
+	w, _, _ := c.TickerLeases.Owner(ctx, natsworld.TickerLease)
+	return w
 }
 
 // Leader returns the process name of the log's sequencing leader. It

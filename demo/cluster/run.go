@@ -84,6 +84,11 @@ type Report struct {
 	// quiet period: p50, p99, count.
 	DuringP50, DuringP99, QuietP50, QuietP99 time.Duration
 	DuringN, QuietN                          int64
+	// TickerAt is who held the Ticker's lease at the worker's SIGKILL and
+	// at the SIGSTOP.
+	TickerAt []string
+	// Stalls: every failure's longest tick interval after it.
+	Stalls []Stall
 	// FrontEndBack is the time from the front end's SIGKILL to its bots'
 	// first acknowledgement after its restart; FrontEndRestart from the
 	// SIGKILL to its restarted process listening.
@@ -152,15 +157,27 @@ func (r Report) Detail() string {
 	}
 	return fmt.Sprintf("cluster: %d takeovers: lease expiry p50/max %s ms, restore %s ms, replay %s ms; ticks missing from the frames per takeover: %s; "+
 		"frame latency p50/p99/max %.2f/%.2f/%.2f ms; %d frames checked against the re-simulation of %d log positions (%d ticks x %d sectors, %d sector-ticks never received), %d lease claims and %d migrations in the log; "+
-		"the other sectors' tick interval p50/p99 during takeovers %.1f/%.1f ms (%d ticks), quiet %.1f/%.1f ms (%d ticks); "+
+		"the other sectors' tick interval p50/p99 during takeovers %.1f/%.1f ms (%d ticks), quiet %.1f/%.1f ms (%d ticks; the Ticker's lease on %s at the failures); "+
 		"front end %s SIGKILLed: listening again after %.0f ms, /readyz 200 after %.0f ms, its bots acknowledged again after %.0f ms; the longest wait for an acknowledgement in the 3 s after a NATS node's SIGKILL %.0f ms, after the leader's %.0f ms; "+
-		"bots sent %d, %d reconnections, %d commands resent",
+		"bots sent %d, %d reconnections, %d commands resent; the longest tick interval of the sectors not moved in the 2 s after each failure: %s",
 		len(r.Takeovers), f(func(t Takeover) time.Duration { return t.Expiry }), f(func(t Takeover) time.Duration { return t.Restore }),
 		f(func(t Takeover) time.Duration { return t.Replay }), strings.Join(gaps, ", "),
 		msf(r.LatencyP50), msf(r.LatencyP99), msf(r.LatencyMax), r.Checked, r.Positions, r.Ticks, r.Sectors, r.Missing, r.Claims, r.Migrations,
-		msf(r.DuringP50), msf(r.DuringP99), r.DuringN, msf(r.QuietP50), msf(r.QuietP99), r.QuietN,
+		msf(r.DuringP50), msf(r.DuringP99), r.DuringN, msf(r.QuietP50), msf(r.QuietP99), r.QuietN, strings.Join(r.TickerAt, " and "),
 		r.FrontEnd, msf(r.FrontEndRestart), msf(r.FrontEndReady), msf(r.FrontEndBack), msf(r.NATSBack), msf(r.LeaderBack),
-		sent, reconnects, resent)
+		sent, reconnects, resent, r.stallList())
+}
+
+func (r Report) stallList() string {
+	var out []string
+	for _, st := range r.Stalls {
+		t := ""
+		if st.Ticker {
+			t = ", the Ticker's holder"
+		}
+		out = append(out, fmt.Sprintf("%s of %s%s %.0f ms", st.Event, st.Process, t, msf(st.MaxInterval)))
+	}
+	return strings.Join(out, ", ")
 }
 
 // GameConfig is the game the cluster's workers run.
@@ -188,6 +205,52 @@ type play struct {
 	acks     map[string]*atomic.Int64
 	lastAck  atomic.Int64
 	ackTimes []int64
+	events   []Stall
+}
+
+// Stall is a failure and the longest tick interval of the sectors it did
+// not move in the 2 s after it.
+type Stall struct {
+	Event, Process string
+	// Ticker says whether the process held the Ticker's lease.
+	Ticker      bool
+	At          time.Time
+	Sectors     []uint32
+	MaxInterval time.Duration
+}
+
+// event records a failure of process at at (sectors: those it owned).
+func (p *play) event(what, process string, at time.Time, sectors []uint32) {
+	holder := p.c.TickerHolder(context.Background())
+	held := holder == process
+	if pr := p.c.Proc(process); !held && pr != nil && pr.Running() {
+		held = strings.HasSuffix(holder, fmt.Sprintf("-%d", pr.cmd.Process.Pid))
+	}
+	p.events = append(p.events, Stall{Event: what, Process: process, Ticker: held, At: at, Sectors: sectors})
+}
+
+// stalls fills Report.Stalls.
+func (p *play) stalls(rep *Report) {
+	frames, _ := p.w.Frames()
+	firstPub := map[[2]uint64]int64{}
+	for _, cf := range frames {
+		k := [2]uint64{uint64(cf.F.Sector), cf.F.Tick}
+		if v, ok := firstPub[k]; !ok || cf.F.Published < v {
+			firstPub[k] = cf.F.Published
+		}
+	}
+	for _, ev := range p.events {
+		from, to := ev.At.UnixNano(), ev.At.Add(2*time.Second).UnixNano()
+		for k, v := range firstPub {
+			if v < from || v > to || slices.Contains(ev.Sectors, uint32(k[0])) {
+				continue
+			}
+			if prev, ok := firstPub[[2]uint64{k[0], k[1] - 1}]; ok && v > prev {
+				ev.MaxInterval = max(ev.MaxInterval, time.Duration(v-prev))
+			}
+		}
+		rep.Stalls = append(rep.Stalls, ev)
+	}
 }
 
 // Play plays a match on a started cluster: bots on every front end, then
@@ -303,10 +366,12 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 	}
 	victim := owners[0]
 	vs := p.sectorsOf(owners, victim)
+	rep.TickerAt = append(rep.TickerAt, c.TickerHolder(ctx))
 	killedAt := time.Now()
+	p.event("worker SIGKILL", victim, killedAt, vs)
 	c.Kill(victim)
 	rep.Kills = append(rep.Kills, "worker")
-	p.say("SIGKILL sector worker %s (sectors %v) at %d acked", victim, vs, p.nAcked())
+	p.say("SIGKILL sector worker %s (sectors %v; the Ticker's lease on %s) at %d acked", victim, vs, rep.TickerAt[0], p.nAcked())
 	if err := p.waitTakeover(ctx, &rep, vs, victim, killedAt, "worker SIGKILL"); err != nil {
 		return fail(err)
 	}
@@ -349,11 +414,13 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 				pausedEpochs[s] = e
 			}
 		}
+		rep.TickerAt = append(rep.TickerAt, c.TickerHolder(ctx))
 		pausedAt = time.Now()
+		p.event("worker SIGSTOP", paused, pausedAt, ps)
 		if err := c.Signal(paused, syscall.SIGSTOP); err != nil {
 			return fail(err)
 		}
-		p.say("SIGSTOP sector worker %s (sectors %v) at %d acked", paused, ps, p.nAcked())
+		p.say("SIGSTOP sector worker %s (sectors %v; the Ticker's lease on %s) at %d acked", paused, ps, rep.TickerAt[1], p.nAcked())
 		if err := p.waitTakeover(ctx, &rep, ps, paused, pausedAt, "worker SIGSTOP"); err != nil {
 			return fail(err)
 		}
@@ -375,6 +442,7 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 	rep.FrontEnd = fe
 	feAcks := p.acks[fe]
 	feKilled := time.Now()
+	p.event("front end SIGKILL", fe, feKilled, nil)
 	c.Kill(fe)
 	rep.Kills = append(rep.Kills, "front end")
 	before := feAcks.Load()
@@ -406,6 +474,7 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 	// 4. SIGKILL a NATS node; restart it on its store directory.
 	node := "nats-3"
 	at := time.Now()
+	p.event("NATS node SIGKILL", node, at, nil)
 	c.Kill(node)
 	rep.Kills = append(rep.Kills, "nats")
 	p.say("SIGKILL NATS node %s at %d acked", node, p.nAcked())
@@ -425,6 +494,7 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 		return fail(err)
 	}
 	at = time.Now()
+	p.event("leader SIGKILL", leader, at, nil)
 	c.Kill(leader)
 	rep.Kills = append(rep.Kills, "leader")
 	p.say("SIGKILL the sequencing leader %s at %d acked", leader, p.nAcked())
@@ -458,6 +528,7 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 		return rep, err
 	}
 	p.ticks(&rep, quietFrom, killedAt, []window{{killedAt, restartedAt, vs}, {pausedAt, wokeAt, ps}})
+	p.stalls(&rep)
 	p.say("%d acked: %d lost, %d duplicated; %d frames checked, %d differ", rep.Acked, rep.Lost, rep.Duplicated, rep.Checked, rep.Mismatched)
 	return rep, nil
 }

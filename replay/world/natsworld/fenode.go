@@ -38,6 +38,9 @@ type FrontEndNodeConfig struct {
 	// Stale is how long without a tick assembled makes the node not ready
 	// (default 2 s).
 	Stale time.Duration
+	// Replicas of the lease buckets if the node creates them (default 1;
+	// 3 on a NATS cluster).
+	Replicas int
 }
 
 // FrontEndNode is a running front end: the frame assembly (FrontEnd), the
@@ -46,6 +49,7 @@ type FrontEndNode struct {
 	cfg    FrontEndNodeConfig
 	fe     *FrontEnd
 	leases *Leases
+	ticker *Leases // the Ticker's lease bucket
 	cancel context.CancelFunc
 	done   chan struct{}
 	// lastTick is when the newest tick was assembled (Unix nanoseconds).
@@ -90,7 +94,10 @@ func StartFrontEndNode(ctx context.Context, cfg FrontEndNodeConfig) (*FrontEndNo
 	}
 	// The lease bucket: the Ticker's lease, and the sectors' owners the
 	// status reports (reading them registers nothing).
-	if n.leases, err = OpenLeases(ctx, js, LeasesConfig{World: cfg.World, Worker: id}); err != nil {
+	if n.leases, err = OpenLeases(ctx, js, LeasesConfig{World: cfg.World, Worker: id, Replicas: cfg.Replicas}); err != nil {
+		return nil, err
+	}
+	if n.ticker, err = OpenTickerLeases(ctx, js, LeasesConfig{World: cfg.World, Worker: id, Replicas: cfg.Replicas}); err != nil {
 		return nil, err
 	}
 	fctx, cancel := context.WithCancel(ctx)
@@ -101,7 +108,7 @@ func StartFrontEndNode(ctx context.Context, cfg FrontEndNodeConfig) (*FrontEndNo
 		go func() {
 			defer close(tdone)
 			if cfg.Ticker {
-				_ = RunTicker(fctx, TickerConfig{World: cfg.World, Log: cfg.Log, Leases: n.leases, Rate: cfg.Rate, Logger: cfg.Logger})
+				_ = RunTicker(fctx, TickerConfig{World: cfg.World, Log: cfg.Log, Leases: n.ticker, Rate: cfg.Rate, Logger: cfg.Logger})
 			}
 		}()
 		_ = fe.Run(fctx)
@@ -198,7 +205,7 @@ func (n *FrontEndNode) Status(ctx context.Context) FrontEndStatus {
 			reasons = append(reasons, fmt.Sprintf("sector %d has no owner", sct))
 		}
 	}
-	st.Ticker, _, _ = n.leases.Owner(octx, TickerLease)
+	st.Ticker, _, _ = n.ticker.Owner(octx, TickerLease)
 	st.Workers, _ = n.leases.Workers(octx)
 	if len(reasons) == 0 {
 		st.Ready = true

@@ -43,6 +43,31 @@ const DefaultBucket = "broadside-sectors"
 // this long after its last renewal.
 const DefaultTTL = 300 * time.Millisecond
 
+// TickerBucket is the bucket of the world's Ticker lease when it has its
+// own (OpenTickerLeases), and DefaultTickerTTL that lease's length.
+//
+// The Ticker's lease can be shorter than a sector's: a Ticker that
+// overlaps its successor is harmless (every tick marker has a
+// deterministic id, so the log stores each tick once however many
+// Tickers append it), whereas every sector stops while nobody ticks.
+const (
+	TickerBucket     = "broadside-ticker"
+	DefaultTickerTTL = 100 * time.Millisecond
+)
+
+// OpenTickerLeases opens (creating if needed) the Ticker's lease bucket
+// as worker sees it: cfg with Bucket TickerBucket and TTL
+// DefaultTickerTTL unless set.
+func OpenTickerLeases(ctx context.Context, js jetstream.JetStream, cfg LeasesConfig) (*Leases, error) {
+	if cfg.Bucket == "" {
+		cfg.Bucket = TickerBucket
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTickerTTL
+	}
+	return OpenLeases(ctx, js, cfg)
+}
+
 // Errors callers branch on.
 var (
 	// ErrHeld is returned by Claim when another worker holds the lease.

@@ -79,6 +79,12 @@ func Measure(ctx context.Context, c *Cluster, o MeasureOptions) (Throughput, err
 		return th, err
 	}
 	defer w.Stop()
+	// The world ticks before the load starts.
+	for deadline := time.Now().Add(60 * time.Second); w.MinTick(4) < 30; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return th, fmt.Errorf("cluster: the world did not tick within 60 s (sectors at %v)", w.Latest())
+		}
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex

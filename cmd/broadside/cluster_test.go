@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,7 +82,8 @@ func (w testWriter) Write(b []byte) (int, error) {
 // TestClusterThroughput measures the world's throughput on 1, 2 and 3
 // sector workers under a steady load of bots, no faults (not in make
 // test: BROADSIDE_CLUSTER_BENCH=1; BROADSIDE_CLUSTER_BOTS and
-// BROADSIDE_CLUSTER_RATE set the load, default 24 bots at 10/s). It
+// BROADSIDE_CLUSTER_RATE set the load, default 24 bots at 10/s;
+// BROADSIDE_CLUSTER_WORKERS the worker counts, default 1,2,3). It
 // prints a cluster-throughput line per worker count.
 func TestClusterThroughput(t *testing.T) {
 	if os.Getenv("BROADSIDE_CLUSTER_BENCH") == "" {
@@ -94,7 +96,16 @@ func TestClusterThroughput(t *testing.T) {
 	if v := os.Getenv("BROADSIDE_CLUSTER_RATE"); v != "" {
 		fmt.Sscan(v, &rate)
 	}
-	for _, workers := range []int{1, 2, 3} {
+	counts := []int{1, 2, 3}
+	if v := os.Getenv("BROADSIDE_CLUSTER_WORKERS"); v != "" {
+		counts = nil
+		for _, f := range strings.Split(v, ",") {
+			var n int
+			fmt.Sscan(f, &n)
+			counts = append(counts, n)
+		}
+	}
+	for _, workers := range counts {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		dir := t.TempDir()
 		c, err := cluster.Start(ctx, cluster.Config{Dir: dir, Workers: workers, LogTick: faultsTick, SuspectTicks: faultsSuspect,

@@ -60,8 +60,8 @@ type WorkerConfig struct {
 	// (TickerLease) and append the tick markers while it holds it.
 	Ticker bool
 	// TickerLeases, if set, holds the Ticker's lease instead of Leases: a
-	// bucket of its own (OpenTickerLeases) with a shorter TTL, so that
-	// every sector waits less when the Ticker's holder dies.
+	// bucket of its own (OpenTickerLeases), whose TTL can be set apart
+	// from the sectors'.
 	TickerLeases *Leases
 	// Standby makes the worker run a hot copy of every sector it does not
 	// own (no lease, no appends, no snapshots, no frames): when it claims

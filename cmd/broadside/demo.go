@@ -7,10 +7,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/seq"
+	"github.com/anoptic/broadside/demo/cluster"
 	"github.com/anoptic/broadside/demo/match"
 	"github.com/anoptic/broadside/internal/dst"
 	"github.com/spf13/cobra"
@@ -19,6 +22,7 @@ import (
 func newDemoCmd() *cobra.Command {
 	var o match.Options
 	var jsonFile, durability, keyFile string
+	var clustered bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run a whole Broadside match in one process: log cluster, game server, bots, faults, checks",
@@ -40,11 +44,25 @@ acknowledged command is in it exactly once, re-simulates the whole log from
 scratch and compares every tick's state hash with the live run, before and
 after the kill, and writes a recording for 'broadside replay' and the viewer.
 
+--cluster runs the world on separate processes on loopback instead (each
+this same binary): 3 NATS servers, 3 sequencing replicas and 2 shards, 3
+sector workers and 2 front ends, with bots split across the front ends
+(--bots, default 12 with --cluster, at --rate, default 5). Mid-match it
+SIGKILLs a sector worker, SIGSTOPs another past its leases, SIGKILLs a front
+end, a NATS server and the sequencing leader, restarting each; then it
+checks that every acknowledged command is in the log exactly once and that
+every frame the workers published matches a re-simulation of the whole log,
+and reports the takeover times.
+
 'broadside demo log' and 'broadside demo dst' demonstrate the command log
 alone (real cluster, and the deterministic simulator).`,
 		Example: `  broadside demo
-  broadside demo --duration 30s --bots 50 --json /tmp/d.json`,
+  broadside demo --duration 30s --bots 50 --json /tmp/d.json
+  broadside demo --cluster`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if clustered {
+				return runClusterDemo(cmd, o, jsonFile)
+			}
 			if o.Bots <= 0 || o.Duration < 3*time.Second || o.Rate <= 0 {
 				return fmt.Errorf("need --bots > 0, --rate > 0 and --duration of at least 3s")
 			}
@@ -75,9 +93,33 @@ alone (real cluster, and the deterministic simulator).`,
 	f.StringVar(&o.Recording, "recording", "", "where to write the recording (default: match.bsr in the working directory)")
 	f.StringVar(&durability, "durability", "fsync", durabilityUsage)
 	f.StringVar(&keyFile, "key", "", "sign the recording's log checkpoints with this signer key `FILE` (broadside keygen)")
+	f.BoolVar(&clustered, "cluster", false, "run the world on separate processes on loopback (NATS, logd, sector workers, front ends) and kill one of each role")
 	f.BoolVar(&o.NoFaults, "no-faults", false, "do not kill a sim shard, crash the sequencing leader or kill the whole server")
 	cmd.AddCommand(newDemoLogCmd(), newDemoDSTCmd())
 	return cmd
+}
+
+// runClusterDemo runs 'demo --cluster' (demo/cluster).
+func runClusterDemo(cmd *cobra.Command, o match.Options, jsonFile string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if !cmd.Flags().Changed("bots") {
+		o.Bots = 12
+	}
+	if !cmd.Flags().Changed("rate") {
+		o.Rate = 5
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := cluster.Demo(ctx, cluster.DemoOptions{Executable: exe, Dir: o.Dir, Bots: o.Bots, Rate: o.Rate, Duration: o.Duration, Out: cmd.OutOrStdout()})
+	if jsonFile != "" && rep.Acked > 0 {
+		if jerr := writeJSONFile(jsonFile, rep); jerr != nil && err == nil {
+			err = jerr
+		}
+	}
+	return err
 }
 
 func newDemoDSTCmd() *cobra.Command {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/coord/natscoord"
+	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/demo/bots"
 	"github.com/anoptic/broadside/demo/broadside"
@@ -45,6 +46,11 @@ func TestFrontEndsRealProcesses(t *testing.T) {
 	tlsDir := filepath.Join(dir, "tls")
 	ca, err := transport.LoadOrCreateDevCA(tlsDir)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The log clients' certificate exists before any process starts (a
+	// worker or front end would race the log nodes for it).
+	if err := mesh.EnsureDevClientCert(tlsDir, ca); err != nil {
 		t.Fatal(err)
 	}
 	ns, err := natscoord.StartEmbedded(natscoord.EmbeddedOptions{StoreDir: filepath.Join(dir, "nats")})

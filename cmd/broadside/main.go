@@ -35,7 +35,7 @@ Start with 'broadside demo'.`,
 	root.AddCommand(newDemoCmd(), newServeCmd(), newBotsCmd(), newTokenCmd(), newLogdCmd(), newLogCmd(),
 		newLineageCmd(), newBenchCmd(), newKeygenCmd(), newCertCmd())
 	root.AddCommand(newReplayCmd())
-	root.AddCommand(newSectorCmd())
+	root.AddCommand(newSectorCmd(), newNatsCmd())
 	root.AddCommand(newViewCmd())
 	return root
 }

@@ -29,6 +29,7 @@ type sectorOptions struct {
 	world       uint32
 	worker      string
 	leaseTTL    time.Duration
+	tickerTTL   time.Duration
 	replicas    int
 	ticker      bool
 	standby     bool
@@ -80,6 +81,7 @@ Every worker of a world needs the same game flags (--world-size, --sectors,
 	f.Uint32Var(&o.world, "world", 1, "world id")
 	f.StringVar(&o.worker, "worker", "", "this worker's id (letters, digits, - and _; default: host name and process id)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", natsworld.DefaultTTL, "lease length when the lease bucket is created (a dead worker's sectors are free this long after its last renewal)")
+	f.DurationVar(&o.tickerTTL, "ticker-lease-ttl", natsworld.DefaultTickerTTL, "the Ticker's lease length when its bucket (broadside-ticker) is created: may be shorter than a sector's (two Tickers overlapping store each tick once), but a short one flaps on a loaded machine")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the lease bucket and snapshot store when they are created (3 on a NATS cluster)")
 	f.BoolVar(&o.ticker, "ticker", false, "compete for the world's Ticker lease and append the tick markers while holding it")
 	f.BoolVar(&o.standby, "standby", false, "run a hot copy of every sector this worker does not own (no lease, no publishing): a takeover then starts from it, without restoring and replaying")
@@ -126,13 +128,19 @@ func runSector(ctx context.Context, out io.Writer, o sectorOptions) error {
 	if err != nil {
 		return err
 	}
+	var tickerLeases *natsworld.Leases
+	if o.ticker {
+		if tickerLeases, err = natsworld.OpenTickerLeases(ctx, js, natsworld.LeasesConfig{World: o.world, Worker: o.worker, TTL: o.tickerTTL, Replicas: o.replicas}); err != nil {
+			return err
+		}
+	}
 	logc, closeLog, err := o.log.dialCluster(ctx, cmdlog.ClientConfig{})
 	if err != nil {
 		return err
 	}
 	defer closeLog()
 	w, err := natsworld.NewWorker(natsworld.WorkerConfig{World: o.world, Game: game, Log: logc, Leases: leases, Snapshots: snaps,
-		Publisher: nc, Ticker: o.ticker, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
+		Publisher: nc, Ticker: o.ticker, TickerLeases: tickerLeases, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
 		Policy: snapshot.Policy{MinInterval: o.minInterval}})
 	if err != nil {
 		return err

@@ -30,7 +30,6 @@ import (
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/world"
 	"github.com/anoptic/broadside/replay/world/natsworld"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -69,10 +68,13 @@ type serveOptions struct {
 	viewerDir  string
 	// worldURL (--world) makes the server a front end of a world whose
 	// sectors run on sector workers: their frames come from its NATS.
-	worldURL    string
-	worldID     uint32
-	worldNATS   natsFlags
-	worldTicker bool
+	worldURL  string
+	worldID   uint32
+	worldNATS natsFlags
+	// worldReplicas (--world-replicas): the lease buckets' replicas
+	// if the front end creates them.
+	worldReplicas int
+	worldTicker   bool
 	// killAtSnapshot, a test hook, SIGKILLs the process as it is about to
 	// store its Nth snapshot.
 	killAtSnapshot int
@@ -126,7 +128,7 @@ it; in production give --cert and --key.`,
 	f.StringVar(&o.secretFile, "secret-file", "broadside-dev/server.secret", "player token secret (created if missing)")
 	f.StringVar(&o.dataDir, "data", "broadside-dev/data", "data directory: the embedded command log (log/: shards, write-ahead logs, coordinator) and the world's snapshot and lineage stores (world/)")
 	f.StringVar(&o.viewerDir, "viewer-dir", "", "host the browser viewer (make viewer-wasm builds it into bin/web) at /viewer/ on the admin address, behind its auth, following this server as a spectator")
-	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /world/hashes?from=T (every sector's state hash per tick, to check against a re-simulation), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server')")
+	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /world/hashes?from=T (every sector's state hash per tick, to check against a re-simulation), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server'); with --world, a front end's: /readyz (200 when connected to NATS, every sector leased by a worker and a tick assembled in the last 2 s) and /world (its status as JSON: the sectors' owners and epochs, the Ticker's holder, the live workers, ticks assembled, frame latency)")
 	f.StringVar(&o.adminToken, "admin-token-file", "", "file holding the admin bearer token (first line, at least 16 bytes): every admin request then needs 'Authorization: Bearer TOKEN'; required when --admin-addr is not loopback")
 	f.StringSliceVar(&o.adminHosts, "admin-hosts", nil, "further host names admin clients may use (the Host header of every admin request must be localhost, a loopback address, --admin-addr's host or one of these: DNS rebinding is refused)")
 	f.IntVar(&o.exportRate, "export-rate", 8<<20, "bytes per second all log exports (/replay/log) together may read, through their own log client (at most 2 at once)")
@@ -155,6 +157,7 @@ it; in production give --cert and --key.`,
 	o.external.registerPrefixed(f, "log-")
 	f.StringVar(&o.worldURL, "world", "", "be a front end of a world run by sector workers ('broadside sector'): nats://HOST:PORT of its NATS servers (comma separated), with --log and the log- flags of its command log; this process runs sessions and intake, no sectors, and serves players the frames the workers publish")
 	f.Uint32Var(&o.worldID, "world-id", 1, "with --world: the world id (as the workers' --world)")
+	f.IntVar(&o.worldReplicas, "world-replicas", 1, "with --world: replicas of the lease buckets if this front end creates them (3 on a NATS cluster)")
 	f.BoolVar(&o.worldTicker, "ticker", false, "with --world: compete for the world's Ticker lease (with the workers' --ticker) and append the tick markers while holding it")
 	o.worldNATS.register(f, "")
 	return cmd
@@ -257,6 +260,11 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	}
 	var storing world.StoringCheck
 	adminHandlers := worldHandlers(worldRef.Load, world.ExportConfig{Log: exportLog, BytesPerSecond: o.exportRate}, storing.Err)
+	var feRef atomic.Pointer[natsworld.FrontEndNode]
+	if o.worldURL != "" { // a front end: its own readiness and status
+		adminHandlers["/readyz"] = natsworld.FrontEndReadyHandler(feRef.Load, storing.Err)
+		adminHandlers["/world"] = natsworld.FrontEndStatusHandler(feRef.Load)
+	}
 	if err := addViewer(adminHandlers, o, secret); err != nil {
 		return err
 	}
@@ -300,11 +308,12 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	beforePut, beforeGet := o.hooks()
 	var running *world.World
 	if o.worldURL != "" {
-		stopFE, err := startFrontEnd(ctx, out, o, worldc, game.Shards, frames, srv.Publish, log)
+		node, stopFE, err := startFrontEnd(ctx, out, o, worldc, game.Shards, frames, srv.Publish, log)
 		if err != nil {
 			return err
 		}
 		defer stopFE()
+		feRef.Store(node)
 	} else if running, err = world.Start(ctx, world.Config{
 		Game: game, Dir: filepath.Join(o.dataDir, "world"), Log: worldc, Frames: frames, OnFrame: srv.Publish,
 		Logger: log, Registry: reg, Retain: o.retain, BeforeSnapshotPut: beforePut, BeforeSnapshotGet: beforeGet,
@@ -372,57 +381,34 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 }
 
 // startFrontEnd runs the front end of the world --world names: each
-// tick's frame assembled from the parts its sector workers publish.
-func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog world.Log, sectors int, frames *world.Frames, publish func(uint64), log *slog.Logger) (stop func(), err error) {
+// tick's frame assembled from the parts its sector workers publish
+// (natsworld.FrontEndNode).
+func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog world.Log, sectors int, frames *world.Frames, publish func(uint64), log *slog.Logger) (node *natsworld.FrontEndNode, stop func(), err error) {
 	if !o.useLog {
-		return nil, errors.New("--world needs the world's command log: --log and its log- flags (as the workers')")
+		return nil, nil, errors.New("--world needs the world's command log: --log and its log- flags (as the workers')")
 	}
 	if o.record != "" {
-		return nil, errors.New("--record is not supported with --world yet")
+		return nil, nil, errors.New("--record is not supported with --world yet")
 	}
 	connOpts, err := o.worldNATS.connOptions()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	nc, err := natscoord.Connect(o.worldURL, connOpts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	fe, err := natsworld.NewFrontEnd(natsworld.FrontEndConfig{World: o.worldID, Sectors: sectors, Frames: frames, Conn: nc, OnFrame: publish, Logger: log})
+	host, _ := os.Hostname()
+	node, err = natsworld.StartFrontEndNode(ctx, natsworld.FrontEndNodeConfig{World: o.worldID, Sectors: sectors, Frames: frames, Conn: nc,
+		OnFrame: publish, Logger: log, Ticker: o.worldTicker, TickerID: fmt.Sprintf("fe-%s-%d", sanitizeID(host), os.Getpid()),
+		Log: worldLog, Rate: broadside.TickRate, Replicas: o.worldReplicas})
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	var leases *natsworld.Leases
-	if o.worldTicker {
-		js, err := jetstream.New(nc)
-		if err == nil {
-			host, _ := os.Hostname()
-			leases, err = natsworld.OpenLeases(ctx, js, natsworld.LeasesConfig{World: o.worldID, Worker: fmt.Sprintf("fe-%s-%d", sanitizeID(host), os.Getpid())})
-		}
-		if err != nil {
-			nc.Close()
-			return nil, err
-		}
-	}
-	fctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{}, 2)
-	go func() {
-		defer func() { done <- struct{}{} }()
-		_ = fe.Run(fctx)
-	}()
-	go func() {
-		defer func() { done <- struct{}{} }()
-		if leases != nil {
-			_ = natsworld.RunTicker(fctx, natsworld.TickerConfig{World: o.worldID, Log: worldLog, Leases: leases, Rate: broadside.TickRate, Logger: log})
-		}
-	}()
 	fmt.Fprintf(out, "front end of world %d: frames of its %d sectors from %s (no sector runs here)\n", o.worldID, sectors, natsworld.SectorsSubject(o.worldID))
-	return func() {
-		cancel()
-		<-done
-		<-done
-		st := fe.Stats()
+	return node, func() {
+		st := node.Stop()
 		fmt.Fprintf(out, "front end: %d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad), latest %d, frame latency p50/p99/max %v/%v/%v\n",
 			st.Ticks, st.Filled, st.Late, st.Stale, st.Bad, st.Latest, st.LatencyP50.Round(time.Microsecond), st.LatencyP99.Round(time.Microsecond), st.LatencyMax.Round(time.Microsecond))
 		nc.Close()

@@ -66,6 +66,10 @@ type WorkerConfig struct {
 	// Ticker makes the worker compete for the world's Ticker lease
 	// (TickerLease) and append the tick markers while it holds it.
 	Ticker bool
+	// TickerLeases, if set, holds the Ticker's lease instead of Leases: a
+	// bucket of its own (OpenTickerLeases), whose TTL can be set apart
+	// from the sectors'.
+	TickerLeases *Leases
 	// Standby makes the worker run a hot copy of every sector it does not
 	// own (no lease, no appends, no snapshots, no frames): when it claims
 	// one, it starts from the copy's state instead of restoring and
@@ -584,15 +588,28 @@ func (w *Worker) report(r TakeoverReport) {
 
 // runTicker holds the world's Ticker lease when it can and runs the
 // Ticker while it holds it.
+//
+// Unlike a sector's owner, the Ticker's holder stops only when it learns
+// that another claimed the lease (ErrLost), not when it merely cannot
+// renew it in time: two Tickers overlapping are harmless (each tick
+// marker has a deterministic id, so the log stores each tick once), while
+// a holder that stopped on a slow renewal would leave the world without
+// ticks until someone claims the lease. So a short Ticker lease
+// (OpenTickerLeases) costs a takeover only when the holder dies.
 func (w *Worker) runTicker(ctx context.Context) {
 	l := w.cfg.Leases
+	if w.cfg.TickerLeases != nil {
+		l = w.cfg.TickerLeases
+	}
 	ttl := l.TTL()
 	t := time.NewTicker(ttl / 4)
 	defer t.Stop()
+	// A KV operation may take longer than a short lease's half: it is
+	// bounded by 200 ms at least (the next round waits for it).
+	opTimeout := max(ttl/2, 200*time.Millisecond)
 	var (
-		held    *Lease
-		renewed time.Time
-		cur     struct {
+		held *Lease
+		cur  struct {
 			cancel context.CancelFunc
 			done   chan struct{}
 		}
@@ -603,36 +620,45 @@ func (w *Worker) runTicker(ctx context.Context) {
 		w.log.Warn("stopped the ticker", "why", why, "err", err)
 		held = nil
 	}
+	// start runs a Ticker. It finds the last marker in the log and goes
+	// on from there; a stale ticker's markers carry the same ids, so the
+	// log stores each tick once.
+	var failedAt time.Time
+	start := func() {
+		tk, _ := replay.NewTicker(replay.TickerConfig{World: w.cfg.World, Log: w.cfg.Log, Rate: w.cfg.Game.TickRate})
+		var tctx context.Context
+		tctx, cur.cancel = context.WithCancel(ctx)
+		done := make(chan struct{})
+		cur.done = done
+		go func() {
+			defer close(done)
+			if err := tk.Run(tctx); err != nil && tctx.Err() == nil {
+				w.log.Error("ticker stopped", "err", err)
+			}
+		}()
+	}
 	for {
-		octx, cancel := context.WithTimeout(ctx, ttl/2)
-		sent := time.Now() // the lease runs from after this (see Keeper.Round)
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
 		if held != nil {
-			err := l.Renew(octx, held)
-			now := time.Now()
-			switch {
-			case err == nil:
-				renewed = sent
-			case errors.Is(err, ErrLost):
+			if err := l.Renew(octx, held); errors.Is(err, ErrLost) {
 				stop("lease lost", err)
-			case now.Sub(renewed) >= ttl*3/4:
-				stop("cannot renew the lease", err)
+			} else {
+				// A Ticker that failed (the log not ready yet, say) is
+				// started again, at most every 100 ms: the holder must
+				// tick, or nobody does.
+				select {
+				case <-cur.done:
+					if time.Since(failedAt) >= 100*time.Millisecond {
+						failedAt = time.Now()
+						w.log.Warn("restarting the ticker")
+						start()
+					}
+				default:
+				}
 			}
 		} else if lease, err := l.Claim(octx, TickerLease); err == nil {
-			held, renewed = &lease, sent
-			// The Ticker finds the last marker in the log and goes on from
-			// there; a stale ticker's markers carry the same ids, so the
-			// log stores each tick once.
-			tk, _ := replay.NewTicker(replay.TickerConfig{World: w.cfg.World, Log: w.cfg.Log, Rate: w.cfg.Game.TickRate})
-			var tctx context.Context
-			tctx, cur.cancel = context.WithCancel(ctx)
-			done := make(chan struct{})
-			cur.done = done
-			go func() {
-				defer close(done)
-				if err := tk.Run(tctx); err != nil && tctx.Err() == nil {
-					w.log.Error("ticker stopped", "err", err)
-				}
-			}()
+			held = &lease
+			start()
 			w.log.Info("holding the ticker lease: ticking", "epoch", lease.Epoch)
 		}
 		cancel()

@@ -1,0 +1,85 @@
+package natscoord
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestStartNodeCluster starts 3 nodes one by one, as 3 'broadside nats'
+// processes would, routed by address lists that include each node's own;
+// they must form one JetStream cluster that holds an R3 bucket, and keep
+// it after one node stops and restarts on its store directory.
+func TestStartNodeCluster(t *testing.T) {
+	dir := t.TempDir()
+	ports, err := freePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf("127.0.0.1:%d", ports[3+i]))
+	}
+	opts := func(i int) NodeOptions {
+		return NodeOptions{Name: fmt.Sprintf("n%d", i+1), Port: ports[i], StoreDir: filepath.Join(dir, fmt.Sprint(i)),
+			ClusterPort: ports[3+i], Routes: routes, Auth: ServerAuth{User: "u", Password: "p"}}
+	}
+	var nodes []*Embedded
+	defer func() {
+		for _, n := range nodes {
+			n.Shutdown()
+		}
+	}()
+	for i := range 3 {
+		n, err := StartNode(opts(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !(nodes[0].JetStreamReady() && nodes[1].JetStreamReady() && nodes[2].JetStreamReady()) {
+		if time.Now().After(deadline) {
+			t.Fatal("no JetStream meta leader after 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r := nodes[0].RouteCount(); r < 2 {
+		t.Fatalf("node 1 has %d routes, want 2 (it must not route to itself)", r)
+	}
+	url := fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2])
+	nc, err := Connect(url, ConnOptions{User: "u", Password: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(opCtx(t), jetstream.KeyValueConfig{Bucket: "node-test", Replicas: 3, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(opCtx(t), "k", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2].Shutdown()
+	if _, err := kv.Put(opCtx(t), "k", []byte("v2")); err != nil {
+		t.Fatalf("put with one node of three down: %v", err)
+	}
+	if nodes[2], err = StartNode(opts(2)); err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(opCtx(t), "k")
+	if err != nil || string(e.Value()) != "v2" {
+		t.Fatalf("get after the restart: %v %v", e, err)
+	}
+	if _, err := StartNode(NodeOptions{Name: "x", Host: "0.0.0.0", Port: ports[0] + 1, StoreDir: dir, ClusterPort: 1,
+		Auth: ServerAuth{User: "u", Password: "p"}}); err == nil {
+		t.Fatal("routes beyond loopback without route credentials: started")
+	}
+}

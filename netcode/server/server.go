@@ -174,7 +174,12 @@ type Server struct {
 	// counts those not logged since the last one.
 	warnings   *rate.Limiter
 	suppressed atomic.Int64
-	state      []byte // Publish's scratch
+	// Publish's scratch, reused from tick to tick (Publish runs on one
+	// goroutine): the state payload, the session frame around it (a
+	// datagram's bytes are copied by QUIC when sent), the targets.
+	state   []byte
+	frame   []byte
+	targets []target
 	// queue holds accepted commands for the MaxAppending append workers.
 	queue *appendQueue
 }
@@ -196,6 +201,18 @@ type serverMetrics struct {
 	ackDelay prometheus.Histogram
 	updates  *prometheus.CounterVec
 	upBytes  prometheus.Histogram
+	// The counters of the hot paths, bound once (WithLabelValues hashes
+	// and allocates per call): updates by path and kind, commands
+	// stored (as the log promises) and failed.
+	updDatagram, updStream updateCounters
+	stored, failed         prometheus.Counter
+}
+
+// updateCounters are one path's state_updates_total counters by kind.
+type updateCounters struct{ delta, full, dropped prometheus.Counter }
+
+func newUpdateCounters(v *prometheus.CounterVec, path string) updateCounters {
+	return updateCounters{delta: v.WithLabelValues(path, "delta"), full: v.WithLabelValues(path, "full"), dropped: v.WithLabelValues(path, "dropped")}
 }
 
 type session struct {
@@ -208,8 +225,10 @@ type session struct {
 	id      uint64
 	ackTick atomic.Uint64
 	// stateOut holds the newest state update too large for a datagram;
-	// the session's writer sends it on the stream.
-	stateOut chan []byte
+	// the session's writer sends it on the stream. stateFree returns the
+	// buffers of frames written (or replaced) to Publish for reuse.
+	stateOut  chan []byte
+	stateFree chan []byte
 	// slots holds a token per command of this session accepted and not
 	// yet acknowledged or failed (Config.MaxInflight); pending counts its
 	// commands queued for or inside an append worker.
@@ -317,6 +336,10 @@ func New(cfg Config) (*Server, error) {
 		upBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "state_update_bytes",
 			Help: "Size of state update frames.", Buckets: prometheus.ExponentialBuckets(64, 2, 12)}),
 	}
+	s.metrics.updDatagram = newUpdateCounters(s.metrics.updates, "datagram")
+	s.metrics.updStream = newUpdateCounters(s.metrics.updates, "stream")
+	s.metrics.stored = s.metrics.commands.WithLabelValues(s.cfg.Durability.String())
+	s.metrics.failed = s.metrics.commands.WithLabelValues("failed")
 	cfg.Registry.MustRegister(admit.refused, admit.validated, s.metrics.sessions, s.metrics.closed, s.metrics.commands, s.metrics.ackDelay, s.metrics.updates, s.metrics.upBytes)
 	return s, nil
 }
@@ -444,7 +467,7 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		// deterministic ids, in a session of this connection alone.
 		hello.Session = NewSessionID()
 	}
-	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan []byte, 1),
+	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan []byte, 1), stateFree: make(chan []byte, 2),
 		slots: make(chan struct{}, s.cfg.MaxInflight), resReady: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if sess.spectator {
@@ -689,10 +712,10 @@ func (s *Server) appendWorker(ctx context.Context) {
 func (s *Server) appended(j appendJob, err error) {
 	s.inflight.Add(-1)
 	if err != nil {
-		s.metrics.commands.WithLabelValues("failed").Inc()
+		s.metrics.failed.Inc()
 		<-j.sess.slots
 	} else {
-		s.metrics.commands.WithLabelValues(s.cfg.Durability.String()).Inc()
+		s.metrics.stored.Inc()
 		s.metrics.ackDelay.Observe(s.cfg.Now().Sub(j.received).Seconds())
 		j.sess.queueResult(wire.CommandResult{Seq: j.seq, Status: s.cfg.Durability.AckStatus()})
 	}
@@ -725,8 +748,9 @@ func (sess *session) writeState(ctx context.Context) {
 			return
 		case frame := <-sess.stateOut:
 			if err == nil {
-				err = sess.st.WriteFrame(frame)
+				err = sess.st.WriteFrame(frame) // copies frame
 			}
+			sess.recycle(frame)
 		case <-sess.resReady:
 			sess.resMu.Lock()
 			results, sess.results = sess.results, results[:0]
@@ -735,7 +759,7 @@ func (sess *session) writeState(ctx context.Context) {
 				if err != nil {
 					break
 				}
-				buf = wire.EncodeSession(buf[:0], r)
+				buf = wire.AppendCommandResult(buf[:0], r)
 				err = sess.st.BufferFrame(buf)
 			}
 			if err == nil {
@@ -771,13 +795,24 @@ func (s *Server) Publish(tick uint64) {
 	labelled(ComponentFanOut, func() { s.publish(tick) })
 }
 
-func (s *Server) publish(tick uint64) {
-	type target struct {
-		sess    *session
-		applied uint64
+// recycle hands a state frame's buffer back to Publish (dropped if two
+// are waiting already).
+func (sess *session) recycle(frame []byte) {
+	select {
+	case sess.stateFree <- frame[:0]:
+	default:
 	}
+}
+
+// target is a session Publish sends a tick to.
+type target struct {
+	sess    *session
+	applied uint64
+}
+
+func (s *Server) publish(tick uint64) {
 	s.mu.Lock()
-	targets := make([]target, 0, len(s.players)+len(s.watchers))
+	targets := s.targets[:0]
 	for _, sess := range s.players {
 		targets = append(targets, target{sess, s.applied[sess.claims.PlayerID]})
 	}
@@ -785,6 +820,10 @@ func (s *Server) publish(tick uint64) {
 		targets = append(targets, target{sess: sess})
 	}
 	s.mu.Unlock()
+	defer func() {
+		clear(targets) // no session kept alive by the scratch
+		s.targets = targets[:0]
+	}()
 	for _, tg := range targets {
 		sess, t, viewer := tg.sess, tick, tg.sess.claims.PlayerID
 		if sess.spectator {
@@ -806,28 +845,43 @@ func (s *Server) publish(tick uint64) {
 			continue
 		}
 		s.state = payload
-		kind := "delta"
-		if base == 0 {
-			kind = "full"
+		u := wire.StateUpdate{Tick: t, BaseTick: base, LastAppliedSeq: tg.applied, Payload: payload}
+		s.frame = wire.AppendStateUpdate(s.frame[:0], u)
+		s.metrics.upBytes.Observe(float64(len(s.frame)))
+		counters := &s.metrics.updDatagram
+		if len(s.frame) > transport.MaxDatagramSize || !sess.conn.DatagramsEnabled() {
+			counters = &s.metrics.updStream
 		}
-		frame := wire.EncodeSession(nil, wire.StateUpdate{Tick: t, BaseTick: base, LastAppliedSeq: tg.applied, Payload: payload})
-		s.metrics.upBytes.Observe(float64(len(frame)))
-		if len(frame) <= transport.MaxDatagramSize && sess.conn.DatagramsEnabled() {
-			if err := sess.conn.SendDatagram(frame); err != nil {
-				s.metrics.updates.WithLabelValues("datagram", "dropped").Inc()
+		sent := counters.delta
+		if base == 0 {
+			sent = counters.full
+		}
+		if counters == &s.metrics.updDatagram {
+			// SendDatagram copies the frame: s.frame is free again.
+			if err := sess.conn.SendDatagram(s.frame); err != nil {
+				counters.dropped.Inc()
 				continue
 			}
-			s.metrics.updates.WithLabelValues("datagram", kind).Inc()
+			sent.Inc()
 			continue
 		}
+		// The writer owns a frame on stateOut until it hands its buffer
+		// back on stateFree.
+		var frame []byte
 		select {
-		case <-sess.stateOut: // replace an update the client did not take yet
-			s.metrics.updates.WithLabelValues("stream", "dropped").Inc()
+		case frame = <-sess.stateFree:
+		default:
+		}
+		frame = append(frame[:0], s.frame...)
+		select {
+		case old := <-sess.stateOut: // replace an update the client did not take yet
+			counters.dropped.Inc()
+			sess.recycle(old)
 		default:
 		}
 		select {
 		case sess.stateOut <- frame:
-			s.metrics.updates.WithLabelValues("stream", kind).Inc()
+			sent.Inc()
 		default:
 		}
 	}

@@ -3,6 +3,7 @@
 # --rate 30 --duration DURATION` as separate processes on this machine and print each one's CPU
 # (from /proc) and the UDP datagrams per second (from /proc/net/snmp) over the bots' run, then
 # the bots' report. Uses a fresh broadside-dev directory under a temporary directory.
+# SERVE_ARGS (e.g. "--ack-hold 33ms") are passed to serve.
 set -euo pipefail
 N=${1:?usage: serve-bots.sh N DURATION [BROADSIDE]}
 D=${2:?usage: serve-bots.sh N DURATION [BROADSIDE]}
@@ -10,7 +11,8 @@ BS=${3:-broadside}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
-"$BS" serve --dev >serve.log 2>&1 &
+# shellcheck disable=SC2086 # SERVE_ARGS is a list of arguments
+"$BS" serve --dev ${SERVE_ARGS:-} >serve.log 2>&1 &
 sp=$!
 for _ in $(seq 100); do curl -sf localhost:9090/readyz >/dev/null && break; sleep 0.2; done
 cpu() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null; }

@@ -122,6 +122,14 @@ type Config struct {
 	// MaxDeltaTicks is the oldest acknowledged tick a delta may be based
 	// on (default 15); a client further behind gets a full state.
 	MaxDeltaTicks uint64
+	// AckHold is how long a command's acknowledgement may wait for the
+	// session's next state update, so that both go out in one packet
+	// (default 0: acknowledgements are written as soon as the log stored
+	// their commands). A tick period (33 ms at 30 Hz) puts every
+	// acknowledgement with a state update, adding half a tick on average
+	// to the acknowledgement latency; the server then sends one packet
+	// per player and tick instead of two.
+	AckHold time.Duration
 	// MaxSpectators bounds spectator sessions (default 16; at most 2 per
 	// token): each gets the whole world every tick.
 	MaxSpectators int
@@ -227,8 +235,13 @@ type session struct {
 	// stateOut holds the newest state update too large for a datagram;
 	// the session's writer sends it on the stream. stateFree returns the
 	// buffers of frames written (or replaced) to Publish for reuse.
-	stateOut  chan []byte
+	stateOut  chan stateFrame
 	stateFree chan []byte
+	// dgramOut holds a state update for a datagram while acknowledgements
+	// wait for it (acksHeld): the writer sends both, one packet.
+	dgramOut  chan stateFrame
+	dgramFree chan []byte
+	acksHeld  atomic.Bool
 	// slots holds a token per command of this session accepted and not
 	// yet acknowledged or failed (Config.MaxInflight); pending counts its
 	// commands queued for or inside an append worker.
@@ -467,7 +480,8 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		// deterministic ids, in a session of this connection alone.
 		hello.Session = NewSessionID()
 	}
-	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan []byte, 1), stateFree: make(chan []byte, 2),
+	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan stateFrame, 1), stateFree: make(chan []byte, 2),
+		dgramOut: make(chan stateFrame, 1), dgramFree: make(chan []byte, 2),
 		slots: make(chan struct{}, s.cfg.MaxInflight), resReady: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if sess.spectator {
@@ -520,7 +534,7 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	}()
 	wctx, stopWriter := context.WithCancel(ctx)
 	defer stopWriter()
-	go labelled(ComponentFanOut, func() { sess.writeState(wctx) })
+	go labelled(ComponentFanOut, func() { sess.writeState(wctx, s.cfg.AckHold) })
 	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Welcome{PlayerID: claims.PlayerID, Player: claims.Player,
 		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate), World: s.cfg.World})); err != nil {
 		return err
@@ -734,39 +748,86 @@ func (sess *session) queueResult(r wire.CommandResult) {
 	}
 }
 
-// writeState writes the session's acknowledgements (all those waiting, in
-// one flush: fewer packets) and the state updates too large for a
-// datagram (a newer one replaces a queued one) on its stream until ctx
-// ends; a slow client only delays its own writes.
-func (sess *session) writeState(ctx context.Context) {
+// writeState writes the session's acknowledgements and the state updates
+// handed to it on its stream until ctx ends; a slow client only delays its
+// own writes. Acknowledgements waiting go out together (one flush: fewer
+// packets) and with the next state update: with hold > 0 they wait for it
+// up to hold (Config.AckHold), so that the acknowledgements and the
+// update share a packet instead of taking one each.
+func (sess *session) writeState(ctx context.Context, hold time.Duration) {
 	var results []wire.CommandResult
 	var buf []byte
 	var err error // once the stream fails, writes stop but slots are still released
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	held := false
+	// buffer queues the acknowledgements waiting on the stream, unflushed,
+	// and returns how many.
+	buffer := func() int {
+		sess.resMu.Lock()
+		results, sess.results = sess.results, results[:0]
+		sess.resMu.Unlock()
+		for _, r := range results {
+			if err != nil {
+				break
+			}
+			buf = wire.AppendCommandResult(buf[:0], r)
+			err = sess.st.BufferFrame(buf)
+		}
+		return len(results)
+	}
+	// written releases the slots of n acknowledgements written.
+	written := func(n int) {
+		for range n {
+			<-sess.slots
+		}
+		if held {
+			held = false
+			sess.acksHeld.Store(false)
+			timer.Stop()
+		}
+	}
+	flush := func() {
+		n := buffer()
+		if err == nil {
+			err = sess.st.Flush()
+		}
+		written(n)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case frame := <-sess.stateOut:
+		case f := <-sess.stateOut:
+			n := buffer()
 			if err == nil {
-				err = sess.st.WriteFrame(frame) // copies frame
+				err = sess.st.WriteFrame(f.b) // copies f.b; writes the acknowledgements with it
 			}
-			sess.recycle(frame)
+			written(n)
+			sess.recycle(f.b)
+		case f := <-sess.dgramOut:
+			// The datagram first: QUIC packs the acknowledgements written
+			// right after into its packet while it has not sent it yet.
+			if sendErr := sess.conn.SendDatagram(f.b); sendErr != nil {
+				f.dropped.Inc()
+			} else {
+				f.sent.Inc()
+			}
+			flush()
+			sess.recycleDatagram(f.b)
 		case <-sess.resReady:
-			sess.resMu.Lock()
-			results, sess.results = sess.results, results[:0]
-			sess.resMu.Unlock()
-			for _, r := range results {
-				if err != nil {
-					break
-				}
-				buf = wire.AppendCommandResult(buf[:0], r)
-				err = sess.st.BufferFrame(buf)
+			if hold <= 0 {
+				flush()
+				continue
 			}
-			if err == nil {
-				err = sess.st.Flush()
+			if !held {
+				held = true
+				sess.acksHeld.Store(true)
+				timer.Reset(hold)
 			}
-			for range results {
-				<-sess.slots
+		case <-timer.C:
+			if held {
+				flush()
 			}
 		}
 	}
@@ -795,12 +856,44 @@ func (s *Server) Publish(tick uint64) {
 	labelled(ComponentFanOut, func() { s.publish(tick) })
 }
 
+// stateFrame is a state update handed to a session's writer, with the
+// counters of its fate.
+type stateFrame struct {
+	b             []byte
+	sent, dropped prometheus.Counter
+}
+
 // recycle hands a state frame's buffer back to Publish (dropped if two
 // are waiting already).
 func (sess *session) recycle(frame []byte) {
 	select {
 	case sess.stateFree <- frame[:0]:
 	default:
+	}
+}
+
+// recycleDatagram is recycle for datagrams.
+func (sess *session) recycleDatagram(frame []byte) {
+	select {
+	case sess.dgramFree <- frame[:0]:
+	default:
+	}
+}
+
+// handOff puts f on out for the writer, replacing (and recycling) a
+// frame it did not take yet.
+func handOff(out chan stateFrame, f stateFrame, recycle func([]byte)) {
+	select {
+	case old := <-out:
+		old.dropped.Inc()
+		recycle(old.b)
+	default:
+	}
+	select {
+	case out <- f:
+	default: // the writer's slot was refilled meanwhile: impossible, Publish is the only sender
+		f.dropped.Inc()
+		recycle(f.b)
 	}
 }
 
@@ -856,7 +949,7 @@ func (s *Server) publish(tick uint64) {
 		if base == 0 {
 			sent = counters.full
 		}
-		if counters == &s.metrics.updDatagram {
+		if counters == &s.metrics.updDatagram && !sess.acksHeld.Load() {
 			// SendDatagram copies the frame: s.frame is free again.
 			if err := sess.conn.SendDatagram(s.frame); err != nil {
 				counters.dropped.Inc()
@@ -865,24 +958,21 @@ func (s *Server) publish(tick uint64) {
 			sent.Inc()
 			continue
 		}
-		// The writer owns a frame on stateOut until it hands its buffer
-		// back on stateFree.
+		// The writer owns a frame handed to it until it gives its buffer
+		// back: a datagram while acknowledgements wait for it, or an
+		// update for the stream.
+		out, free, recycle := sess.stateOut, sess.stateFree, sess.recycle
+		if counters == &s.metrics.updDatagram {
+			out, free, recycle = sess.dgramOut, sess.dgramFree, sess.recycleDatagram
+		}
 		var frame []byte
 		select {
-		case frame = <-sess.stateFree:
+		case frame = <-free:
 		default:
 		}
-		frame = append(frame[:0], s.frame...)
-		select {
-		case old := <-sess.stateOut: // replace an update the client did not take yet
-			counters.dropped.Inc()
-			sess.recycle(old)
-		default:
-		}
-		select {
-		case sess.stateOut <- frame:
-			sent.Inc()
-		default:
+		handOff(out, stateFrame{b: append(frame[:0], s.frame...), sent: sent, dropped: counters.dropped}, recycle)
+		if out == sess.stateOut {
+			sent.Inc() // queued for the stream (a later one may replace it: dropped)
 		}
 	}
 }

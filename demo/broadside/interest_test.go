@@ -2,6 +2,7 @@ package broadside
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -124,6 +125,85 @@ func TestInterestAtTheEdges(t *testing.T) {
 	for viewer, w := range want {
 		if got, _ := f.interest(viewer, nil, nil); !slices.Equal(got, w) {
 			t.Fatalf("viewer %d sees %v, want %v", viewer, got, w)
+		}
+	}
+}
+
+// TestTrackerScratchIsNotShared: frames a StateTracker returned stay as
+// ApplyDelta builds them while later updates reuse its scratch space.
+func TestTrackerScratchIsNotShared(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var frames []*Frame
+	var enc StateEncoder
+	var tr StateTracker
+	var got, want []*Frame
+	for tick := uint64(1); tick <= 40; tick++ {
+		f := randomFrame(r, tick, 60, 400)
+		var prev *Frame
+		if len(frames) > 0 {
+			prev = frames[len(frames)-1]
+		}
+		f.Seal(prev, 1_500_000)
+		frames = append(frames, f)
+		var base *Frame
+		baseTick := uint64(0)
+		if tick > 3 {
+			base, baseTick = frames[len(frames)-4], tick-3
+		}
+		p := enc.Encode(nil, f, base, 7)
+		g, err := tr.Apply(tick, baseTick, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wbase *Frame
+		if base != nil {
+			wbase = want[len(want)-3]
+		}
+		w, err := ApplyDelta(wbase, tick, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want = append(got, g), append(want, w)
+	}
+	for i := range got {
+		if !reflect.DeepEqual(normalize(got[i]), normalize(want[i])) {
+			t.Fatalf("frame of tick %d changed after later updates", got[i].Tick)
+		}
+	}
+}
+
+// BenchmarkTrackerApply: a bot applying one delta (against a tick 3 back)
+// of 60 ships and 400 balls around it.
+func BenchmarkTrackerApply(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var frames []*Frame
+	var payloads [][]byte
+	var enc StateEncoder
+	for tick := uint64(1); tick <= 16; tick++ {
+		f := randomFrame(r, tick, 60, 400)
+		var prev *Frame
+		if len(frames) > 0 {
+			prev = frames[len(frames)-1]
+		}
+		f.Seal(prev, 10_000_000)
+		frames = append(frames, f)
+		var base *Frame
+		if tick > 3 {
+			base = frames[len(frames)-4]
+		}
+		payloads = append(payloads, enc.Encode(nil, f, base, 7))
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		var tr StateTracker
+		for k, p := range payloads {
+			tick, base := uint64(k+1), uint64(0)
+			if tick > 3 {
+				base = tick - 3
+			}
+			if _, err := tr.Apply(tick, base, p); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }

@@ -604,9 +604,9 @@ func (r *stateReader) byte1() byte {
 	return c
 }
 
-func (r *stateReader) ids(max int) []lineage.EntityID {
+func (r *stateReader) ids(ids []lineage.EntityID, max int) []lineage.EntityID {
 	n := int(r.uvarint(uint64(max)))
-	ids := make([]lineage.EntityID, 0, min(n, len(r.b)))
+	ids = slices.Grow(ids[:0], min(n, len(r.b)))
 	var prev lineage.EntityID
 	for k := 0; k < n && r.err == nil; k++ {
 		d := r.uvarint(1<<63 - 1)
@@ -624,6 +624,21 @@ func (r *stateReader) ids(max int) []lineage.EntityID {
 // StateEncoder.Encode. It validates everything: a malformed payload, or one
 // that does not fit base, returns an error wrapping ErrBadState.
 func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
+	return applyDelta(base, tick, payload, nil)
+}
+
+// deltaScratch is ApplyDelta's temporary space, kept by a StateTracker
+// from update to update (the frames it returns never share it).
+type deltaScratch struct {
+	removed []lineage.EntityID
+	ships   []ShipView
+	balls   []BallView
+}
+
+func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch) (*Frame, error) {
+	if sc == nil {
+		sc = &deltaScratch{}
+	}
 	r := &stateReader{b: payload}
 	if v := r.byte1(); r.err == nil && v != stateFormat {
 		return nil, fmt.Errorf("%w: format %d, want %d", ErrBadState, v, stateFormat)
@@ -640,9 +655,10 @@ func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
 	}
 	out := &Frame{Tick: tick}
 
-	removed := r.ids(maxStateShips)
+	removed := r.ids(sc.removed[:0], maxStateShips)
 	n := int(r.uvarint(maxStateShips))
-	ships := make([]ShipView, 0, min(n, len(r.b)))
+	ships := slices.Grow(sc.ships[:0], min(n, len(r.b)))
+	defer func() { sc.ships = ships[:0] }()
 	var prev lineage.EntityID
 	bi := 0
 	for k := 0; k < n && r.err == nil; k++ {
@@ -742,9 +758,11 @@ func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
 		return nil, fmt.Errorf("%w: %d ships", ErrBadState, len(out.Ships))
 	}
 
-	removed = r.ids(maxStateBalls)
+	removed = r.ids(removed[:0], maxStateBalls)
+	defer func() { sc.removed = removed[:0] }()
 	n = int(r.uvarint(maxStateBalls))
-	balls := make([]BallView, 0, min(n, len(r.b)))
+	balls := slices.Grow(sc.balls[:0], min(n, len(r.b)))
+	defer func() { sc.balls = balls[:0] }()
 	prev = 0
 	for k := 0; k < n && r.err == nil; k++ {
 		d := r.uvarint(1<<63 - 1)
@@ -803,8 +821,9 @@ func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
 // the frames of the last ticks so that an update against any tick the
 // client acknowledged can be applied. Not safe for concurrent use.
 type StateTracker struct {
-	frames [16]*Frame // a server bases deltas on ticks at most 15 back
-	latest *Frame
+	frames  [16]*Frame // a server bases deltas on ticks at most 15 back
+	latest  *Frame
+	scratch deltaScratch
 }
 
 // Apply decodes an update of tick against baseTick (0: full) and returns
@@ -822,7 +841,7 @@ func (t *StateTracker) Apply(tick, baseTick uint64, payload []byte) (*Frame, err
 			return nil, fmt.Errorf("%w: update of tick %d against tick %d (its slot holds tick %d)", ErrBaseNotHeld, tick, baseTick, held)
 		}
 	}
-	f, err := ApplyDelta(base, tick, payload)
+	f, err := applyDelta(base, tick, payload, &t.scratch)
 	if err != nil {
 		return nil, fmt.Errorf("update of tick %d against tick %d: %w", tick, baseTick, err)
 	}

@@ -150,6 +150,10 @@ type Report struct {
 	// Bytes per second per client, on the wire (QUIC packets).
 	UpBytesPerSec   float64 `json:"up_bytes_per_sec_per_client"`
 	DownBytesPerSec float64 `json:"down_bytes_per_sec_per_client"`
+	// QUIC packets per second per client: up are those the server
+	// received, down those it sent.
+	UpPacketsPerSec   float64 `json:"up_packets_per_sec_per_client"`
+	DownPacketsPerSec float64 `json:"down_packets_per_sec_per_client"`
 	// Timeline holds per-second figures.
 	Timeline []Snapshot `json:"timeline"`
 }
@@ -374,11 +378,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond) // the last state updates
-	var up, down uint64
+	var up, down, pktUp, pktDown uint64
 	for _, b := range bots {
 		s, r := b.c.Stats()
 		up += s
 		down += r
+		s, r = b.c.PacketStats()
+		pktUp += s
+		pktDown += r
 		rep.Reconnects += int64(b.c.Reconnects())
 		rep.Resent += int64(b.c.Resent())
 	}
@@ -400,6 +407,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.JitterP50us, rep.JitterP99us = st.jitter.ValueAtQuantile(50), st.jitter.ValueAtQuantile(99)
 	n := float64(rep.Bots) * elapsed.Seconds()
 	rep.UpBytesPerSec, rep.DownBytesPerSec = float64(up)/n, float64(down)/n
+	rep.UpPacketsPerSec, rep.DownPacketsPerSec = float64(pktUp)/n, float64(pktDown)/n
 	rep.UpdatesPerSec = float64(st.updates) / n
 	return rep, nil
 }

@@ -22,6 +22,11 @@ func (rep Report) WriteText(out io.Writer) {
 		usMs(rep.AppliedP50us), usMs(rep.AppliedP99us), usMs(rep.AppliedP999us))
 	fmt.Fprintf(out, "state:       %.1f updates/s per client, inter-arrival jitter p50 %.2fms p99 %.2fms\n", rep.UpdatesPerSec, usMs(rep.JitterP50us), usMs(rep.JitterP99us))
 	fmt.Fprintf(out, "bandwidth:   %.0f B/s up, %.0f B/s down per client\n", rep.UpBytesPerSec, rep.DownBytesPerSec)
+	fmt.Fprintf(out, "packets:     %.1f/s up, %.1f/s down per client", rep.UpPacketsPerSec, rep.DownPacketsPerSec)
+	if rep.UpdatesPerSec > 0 {
+		fmt.Fprintf(out, "; %.2f down per state update", rep.DownPacketsPerSec/rep.UpdatesPerSec)
+	}
+	fmt.Fprintln(out)
 }
 
 func usMs(us int64) float64 { return float64(us) / 1000 }

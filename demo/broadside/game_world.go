@@ -23,6 +23,7 @@ func NewGame(cfg Config, interest int64) (world.Game, error) {
 	if err != nil {
 		return world.Game{}, err
 	}
+	sizes := new(FrameSizes)
 	return world.Game{
 		Name: GameName, SchemaVersion: SchemaVersion, TickRate: TickRate, Seed: cfg.Seed, Config: conf,
 		Shards:      cfg.Sectors(),
@@ -30,7 +31,9 @@ func NewGame(cfg Config, interest int64) (world.Game, error) {
 		CommandKind: RecordKind, KindNames: KindNames,
 		EntityName: EntityName, ParseEntity: ParseEntity, EntityKind: EntityKind,
 		FieldValues: FieldValues,
-		NewFrame:    func(tick uint64) world.Frame { return &liveFrame{Frame: NewFrame(tick), radius: interest} },
+		NewFrame: func(tick uint64) world.Frame {
+			return &liveFrame{Frame: sizes.NewFrame(tick), radius: interest, sizes: sizes}
+		},
 	}, nil
 }
 
@@ -49,6 +52,7 @@ func GameOf(conf []byte) (world.Game, Config, error) {
 type liveFrame struct {
 	*Frame
 	radius int64
+	sizes  *FrameSizes // nil: none noted
 }
 
 // AddShard implements world.Frame.
@@ -65,6 +69,9 @@ func (f *liveFrame) Seal(prev world.Frame) {
 		p = pf.Frame
 	}
 	f.Frame.Seal(p, f.radius)
+	if f.sizes != nil {
+		f.sizes.Note(f.Frame)
+	}
 }
 
 // StateSource encodes each player's state update from a world's frames

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/anoptic/broadside/lineage"
 )
@@ -77,14 +78,72 @@ type Frame struct {
 	// Server side: interest cells and where each player's ship is (or
 	// was last seen, while it sails between sectors).
 	cell    int64
-	shipsIn map[[2]int64][]int32
-	ballsIn map[[2]int64][]int32
 	anchors map[uint32]anchor
 	// near holds, for every cell a player is anchored in, the sorted
 	// indexes of what the 3 × 3 cells around it hold: computed once per
 	// cell in Seal and shared by every player there (no sort per player
 	// per tick). Read-only once sealed.
 	near map[[2]int64]*cellInterest
+}
+
+// cellEntry is a ship or ball (its index in the frame) and its cell's
+// key: Seal sorts them by key, so that a row of 3 cells is one run.
+type cellEntry struct {
+	key uint64
+	i   int32
+}
+
+// cellKey orders cells by x, then y. Cells are int32 coordinates divided
+// by a positive radius, so each fits in 32 bits.
+func cellKey(x, y int64) uint64 { return uint64(uint32(x+1<<31))<<32 | uint64(uint32(y+1<<31)) }
+
+func cmpCellEntry(a, b cellEntry) int {
+	switch {
+	case a.key < b.key:
+		return -1
+	case a.key > b.key:
+		return 1
+	}
+	return 0
+}
+
+// cellRows returns, for each of the 3 rows of the 3 × 3 cells around c,
+// the range of byCell (sorted by key) that the row's cells hold.
+func cellRows(byCell []cellEntry, c [2]int64) (rows [3][2]int) {
+	at := func(x, y int64) int {
+		y = min(max(y, -1<<31), 1<<31-1) // a cell beyond the edge holds nothing
+		k, _ := slices.BinarySearchFunc(byCell, cellKey(x, y), func(e cellEntry, t uint64) int { return cmpCellEntry(e, cellEntry{key: t}) })
+		return k
+	}
+	for dx := int64(-1); dx <= 1; dx++ {
+		x := c[0] + dx
+		if x < -1<<31 || x > 1<<31-1 {
+			continue // beyond the edge: an empty row
+		}
+		top := min(c[1]+1, 1<<31-1)
+		lo, hi := at(x, c[1]-1), at(x, top)
+		for hi < len(byCell) && byCell[hi].key == cellKey(x, top) {
+			hi++
+		}
+		rows[dx+1] = [2]int{lo, hi}
+	}
+	return rows
+}
+
+func rowsLen(rows [3][2]int) int {
+	return rows[0][1] - rows[0][0] + rows[1][1] - rows[1][0] + rows[2][1] - rows[2][0]
+}
+
+// appendRows appends the indexes of rows' entries to dst, sorted.
+func appendRows(dst []int32, byCell []cellEntry, rows [3][2]int) []int32 {
+	n := len(dst)
+	for _, r := range rows {
+		for _, e := range byCell[r[0]:r[1]] {
+			dst = append(dst, e.i)
+		}
+	}
+	slices.Sort(dst[n:])
+	return dst
 }
 
 // cellInterest is what a player anchored in one cell sees.
@@ -104,8 +163,28 @@ const anchorTicks = 10 * TickRate
 // sectors, then Seal.
 func NewFrame(tick uint64) *Frame { return &Frame{Tick: tick} }
 
+// FrameSizes remembers how many ships and balls the last frames held, so
+// that the next frame's slices are allocated once, at about the right
+// size. Safe for concurrent use.
+type FrameSizes struct{ ships, balls atomic.Int64 }
+
+// NewFrame returns an empty frame of tick, as NewFrame does, with room for
+// a little more than the last frame noted.
+func (z *FrameSizes) NewFrame(tick uint64) *Frame {
+	ns, nb := z.ships.Load(), z.balls.Load()
+	return &Frame{Tick: tick, Ships: make([]ShipView, 0, ns+ns/8+4), Balls: make([]BallView, 0, nb+nb/4+16)}
+}
+
+// Note records the sizes of f.
+func (z *FrameSizes) Note(f *Frame) {
+	z.ships.Store(int64(len(f.Ships)))
+	z.balls.Store(int64(len(f.Balls)))
+}
+
 // AddSector copies the ships and balls of s into f.
 func (f *Frame) AddSector(s *Sector) {
+	f.Ships = slices.Grow(f.Ships, s.ShipCount())
+	f.Balls = slices.Grow(f.Balls, s.BallCount())
 	s.Ships(func(v ShipView) { f.Ships = append(f.Ships, v) })
 	s.Balls(func(v BallView) { f.Balls = append(f.Balls, v) })
 }
@@ -120,18 +199,20 @@ func (f *Frame) Seal(prev *Frame, radius int64) {
 	slices.SortFunc(f.Ships, func(a, b ShipView) int { return cmpID(a.ID, b.ID) })
 	slices.SortFunc(f.Balls, func(a, b BallView) int { return cmpID(a.ID, b.ID) })
 	f.cell = radius
-	f.shipsIn = map[[2]int64][]int32{}
-	f.ballsIn = map[[2]int64][]int32{}
-	f.anchors = make(map[uint32]anchor, len(f.Ships))
+	ships := make([]cellEntry, len(f.Ships))
+	f.anchors = make(map[uint32]anchor, len(f.Ships)+len(f.Ships)/8)
 	for i, v := range f.Ships {
 		c := f.cellOf(v.X, v.Y)
-		f.shipsIn[c] = append(f.shipsIn[c], int32(i))
+		ships[i] = cellEntry{cellKey(c[0], c[1]), int32(i)}
 		f.anchors[v.Player] = anchor{c, f.Tick}
 	}
+	balls := make([]cellEntry, len(f.Balls))
 	for i, v := range f.Balls {
 		c := f.cellOf(v.X, v.Y)
-		f.ballsIn[c] = append(f.ballsIn[c], int32(i))
+		balls[i] = cellEntry{cellKey(c[0], c[1]), int32(i)}
 	}
+	slices.SortFunc(ships, cmpCellEntry)
+	slices.SortFunc(balls, cmpCellEntry)
 	if prev != nil {
 		for p, a := range prev.anchors {
 			if _, ok := f.anchors[p]; !ok && a.tick+anchorTicks >= f.Tick {
@@ -139,23 +220,33 @@ func (f *Frame) Seal(prev *Frame, radius int64) {
 			}
 		}
 	}
-	f.near = map[[2]int64]*cellInterest{}
+	// One allocation for every cell's interest, one for their indexes
+	// (the cells' slices share it, each capped at its own length).
+	type cellRanges struct {
+		cell         [2]int64
+		ships, balls [3][2]int
+	}
+	var cells []cellRanges
+	total := 0
+	f.near = make(map[[2]int64]*cellInterest, 64)
 	for _, a := range f.anchors {
-		c := a.cell
-		if f.near[c] != nil {
+		if _, ok := f.near[a.cell]; ok {
 			continue
 		}
-		ci := &cellInterest{}
-		for dx := int64(-1); dx <= 1; dx++ {
-			for dy := int64(-1); dy <= 1; dy++ {
-				k := [2]int64{c[0] + dx, c[1] + dy}
-				ci.ships = append(ci.ships, f.shipsIn[k]...)
-				ci.balls = append(ci.balls, f.ballsIn[k]...)
-			}
-		}
-		slices.Sort(ci.ships)
-		slices.Sort(ci.balls)
-		f.near[c] = ci
+		f.near[a.cell] = nil
+		cr := cellRanges{cell: a.cell, ships: cellRows(ships, a.cell), balls: cellRows(balls, a.cell)}
+		total += rowsLen(cr.ships) + rowsLen(cr.balls)
+		cells = append(cells, cr)
+	}
+	interests := make([]cellInterest, len(cells))
+	idx := make([]int32, 0, total)
+	for k, cr := range cells {
+		n := len(idx)
+		idx = appendRows(idx, ships, cr.ships)
+		m := len(idx)
+		idx = appendRows(idx, balls, cr.balls)
+		interests[k] = cellInterest{ships: idx[n:m:m], balls: idx[m:len(idx):len(idx)]}
+		f.near[cr.cell] = &interests[k]
 	}
 }
 
@@ -247,6 +338,8 @@ func (f *Frame) Ship(player uint32) (ShipView, bool) {
 // space, so it is not safe for concurrent use; one per fan-out goroutine.
 type StateEncoder struct {
 	curS, curB, baseS, baseB []int32
+	removed                  []lineage.EntityID
+	added                    []int32
 }
 
 // Encode appends to dst what viewer (a player id; 0 for a spectator) needs
@@ -263,7 +356,7 @@ func (e *StateEncoder) Encode(dst []byte, cur, base *Frame, viewer uint32) []byt
 	dst = append(dst, stateFormat)
 
 	// Ships: removals, then changes.
-	var removed []lineage.EntityID
+	removed := e.removed[:0]
 	var i, j int
 	for i < len(e.baseS) || j < len(e.curS) {
 		switch {
@@ -308,7 +401,7 @@ func (e *StateEncoder) Encode(dst []byte, cur, base *Frame, viewer uint32) []byt
 	// Balls: a ball that keeps to its flight carries over; any other
 	// change is a removal and a new ball.
 	removed = removed[:0]
-	var added []int32
+	added := e.added[:0]
 	i, j = 0, 0
 	for i < len(e.baseB) || j < len(e.curB) {
 		switch {
@@ -344,6 +437,7 @@ func (e *StateEncoder) Encode(dst []byte, cur, base *Frame, viewer uint32) []byt
 		dst = binary.AppendUvarint(dst, uint64(v.Age))
 		dst = binary.AppendUvarint(dst, uint64(v.Lifetime))
 	}
+	e.removed, e.added = removed[:0], added[:0]
 	return dst
 }
 
@@ -510,9 +604,9 @@ func (r *stateReader) byte1() byte {
 	return c
 }
 
-func (r *stateReader) ids(max int) []lineage.EntityID {
+func (r *stateReader) ids(ids []lineage.EntityID, max int) []lineage.EntityID {
 	n := int(r.uvarint(uint64(max)))
-	ids := make([]lineage.EntityID, 0, min(n, len(r.b)))
+	ids = slices.Grow(ids[:0], min(n, len(r.b)))
 	var prev lineage.EntityID
 	for k := 0; k < n && r.err == nil; k++ {
 		d := r.uvarint(1<<63 - 1)
@@ -530,6 +624,21 @@ func (r *stateReader) ids(max int) []lineage.EntityID {
 // StateEncoder.Encode. It validates everything: a malformed payload, or one
 // that does not fit base, returns an error wrapping ErrBadState.
 func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
+	return applyDelta(base, tick, payload, nil)
+}
+
+// deltaScratch is ApplyDelta's temporary space, kept by a StateTracker
+// from update to update (the frames it returns never share it).
+type deltaScratch struct {
+	removed []lineage.EntityID
+	ships   []ShipView
+	balls   []BallView
+}
+
+func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch) (*Frame, error) {
+	if sc == nil {
+		sc = &deltaScratch{}
+	}
 	r := &stateReader{b: payload}
 	if v := r.byte1(); r.err == nil && v != stateFormat {
 		return nil, fmt.Errorf("%w: format %d, want %d", ErrBadState, v, stateFormat)
@@ -546,9 +655,10 @@ func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
 	}
 	out := &Frame{Tick: tick}
 
-	removed := r.ids(maxStateShips)
+	removed := r.ids(sc.removed[:0], maxStateShips)
 	n := int(r.uvarint(maxStateShips))
-	ships := make([]ShipView, 0, min(n, len(r.b)))
+	ships := slices.Grow(sc.ships[:0], min(n, len(r.b)))
+	defer func() { sc.ships = ships[:0] }()
 	var prev lineage.EntityID
 	bi := 0
 	for k := 0; k < n && r.err == nil; k++ {
@@ -648,9 +758,11 @@ func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
 		return nil, fmt.Errorf("%w: %d ships", ErrBadState, len(out.Ships))
 	}
 
-	removed = r.ids(maxStateBalls)
+	removed = r.ids(removed[:0], maxStateBalls)
+	defer func() { sc.removed = removed[:0] }()
 	n = int(r.uvarint(maxStateBalls))
-	balls := make([]BallView, 0, min(n, len(r.b)))
+	balls := slices.Grow(sc.balls[:0], min(n, len(r.b)))
+	defer func() { sc.balls = balls[:0] }()
 	prev = 0
 	for k := 0; k < n && r.err == nil; k++ {
 		d := r.uvarint(1<<63 - 1)
@@ -709,8 +821,9 @@ func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
 // the frames of the last ticks so that an update against any tick the
 // client acknowledged can be applied. Not safe for concurrent use.
 type StateTracker struct {
-	frames [16]*Frame // a server bases deltas on ticks at most 15 back
-	latest *Frame
+	frames  [16]*Frame // a server bases deltas on ticks at most 15 back
+	latest  *Frame
+	scratch deltaScratch
 }
 
 // Apply decodes an update of tick against baseTick (0: full) and returns
@@ -728,7 +841,7 @@ func (t *StateTracker) Apply(tick, baseTick uint64, payload []byte) (*Frame, err
 			return nil, fmt.Errorf("%w: update of tick %d against tick %d (its slot holds tick %d)", ErrBaseNotHeld, tick, baseTick, held)
 		}
 	}
-	f, err := ApplyDelta(base, tick, payload)
+	f, err := applyDelta(base, tick, payload, &t.scratch)
 	if err != nil {
 		return nil, fmt.Errorf("update of tick %d against tick %d: %w", tick, baseTick, err)
 	}

@@ -63,6 +63,8 @@ type gameServerConfig struct {
 	// Addr (empty: any port); without it the world runs alone.
 	Players *credentials
 	Addr    string
+	// AckHold is the server's (server.Config.AckHold).
+	AckHold time.Duration
 	// OnFrame sees every tick the world publishes.
 	OnFrame func(w *world.World, tick uint64)
 	Logger  *slog.Logger
@@ -120,7 +122,7 @@ func startGameServer(ctx context.Context, cfg gameServerConfig) (*gameServer, er
 			ListenAddr: addr, TLS: stls, Secret: cfg.Players.secret, Log: g.log.Log(), Durability: server.DurabilityOf(cfg.Durability),
 			Limits: server.IntakeLimits{Rate: 60, Burst: 30}, Logger: cfg.Logger, Registry: reg,
 			State: broadside.NewStateSource(frames), SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate,
-			Tick: frames.Latest, World: cfg.Game.Config,
+			Tick: frames.Latest, World: cfg.Game.Config, AckHold: cfg.AckHold,
 		})
 		if err != nil {
 			g.log.Close()

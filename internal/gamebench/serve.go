@@ -54,6 +54,8 @@ type ServeConfig struct {
 	// serve-CONTENDER-BOTS.pprof (for go tool pprof; the label "component"
 	// splits it).
 	ProfileDir string
+	// AckHold is the server's (server.Config.AckHold; serve --ack-hold).
+	AckHold time.Duration
 	Output
 }
 
@@ -190,7 +192,7 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	if err != nil {
 		return res, err
 	}
-	g, err := startGameServer(ctx, gameServerConfig{Dir: dir, Durability: c.Durability, Game: game, Players: cr, Logger: cfg.Logger})
+	g, err := startGameServer(ctx, gameServerConfig{Dir: dir, Durability: c.Durability, Game: game, Players: cr, Logger: cfg.Logger, AckHold: cfg.AckHold})
 	if err != nil {
 		return res, err
 	}

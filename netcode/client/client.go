@@ -153,7 +153,8 @@ type Client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	// bytes of the connections that ended (Stats adds the current one's).
-	pastSent, pastReceived atomic.Uint64
+	pastSent, pastReceived   atomic.Uint64
+	pastPktSent, pastPktRecv atomic.Uint64
 
 	results chan wire.CommandResult
 	updates chan wire.StateUpdate
@@ -330,6 +331,8 @@ func (c *Client) run(l *link, ended <-chan error) {
 		s := l.conn.QUIC().ConnectionStats()
 		c.pastSent.Add(s.BytesSent)
 		c.pastReceived.Add(s.BytesReceived)
+		c.pastPktSent.Add(s.PacketsSent)
+		c.pastPktRecv.Add(s.PacketsReceived)
 		c.mu.Unlock()
 		if !c.shouldReconnect(err) {
 			c.err = err
@@ -626,6 +629,18 @@ func (c *Client) Stats() (sent, received uint64) {
 	if l := c.cur.Load(); l != nil {
 		s := l.conn.QUIC().ConnectionStats()
 		sent, received = sent+s.BytesSent, received+s.BytesReceived
+	}
+	return sent, received
+}
+
+// PacketStats returns the QUIC packets this session sent and received,
+// over all its connections (a server's packets per player are what its
+// clients received).
+func (c *Client) PacketStats() (sent, received uint64) {
+	sent, received = c.pastPktSent.Load(), c.pastPktRecv.Load()
+	if l := c.cur.Load(); l != nil {
+		s := l.conn.QUIC().ConnectionStats()
+		sent, received = sent+s.PacketsSent, received+s.PacketsReceived
 	}
 	return sent, received
 }

@@ -122,6 +122,14 @@ type Config struct {
 	// MaxDeltaTicks is the oldest acknowledged tick a delta may be based
 	// on (default 15); a client further behind gets a full state.
 	MaxDeltaTicks uint64
+	// AckHold is how long a command's acknowledgement may wait for the
+	// session's next state update, so that both go out in one packet
+	// (default 0: acknowledgements are written as soon as the log stored
+	// their commands). A tick period (33 ms at 30 Hz) puts every
+	// acknowledgement with a state update, adding half a tick on average
+	// to the acknowledgement latency; the server then sends one packet
+	// per player and tick instead of two.
+	AckHold time.Duration
 	// MaxSpectators bounds spectator sessions (default 16; at most 2 per
 	// token): each gets the whole world every tick.
 	MaxSpectators int
@@ -174,7 +182,12 @@ type Server struct {
 	// counts those not logged since the last one.
 	warnings   *rate.Limiter
 	suppressed atomic.Int64
-	state      []byte // Publish's scratch
+	// Publish's scratch, reused from tick to tick (Publish runs on one
+	// goroutine): the state payload, the session frame around it (a
+	// datagram's bytes are copied by QUIC when sent), the targets.
+	state   []byte
+	frame   []byte
+	targets []target
 	// queue holds accepted commands for the MaxAppending append workers.
 	queue *appendQueue
 }
@@ -196,6 +209,18 @@ type serverMetrics struct {
 	ackDelay prometheus.Histogram
 	updates  *prometheus.CounterVec
 	upBytes  prometheus.Histogram
+	// The counters of the hot paths, bound once (WithLabelValues hashes
+	// and allocates per call): updates by path and kind, commands
+	// stored (as the log promises) and failed.
+	updDatagram, updStream updateCounters
+	stored, failed         prometheus.Counter
+}
+
+// updateCounters are one path's state_updates_total counters by kind.
+type updateCounters struct{ delta, full, dropped prometheus.Counter }
+
+func newUpdateCounters(v *prometheus.CounterVec, path string) updateCounters {
+	return updateCounters{delta: v.WithLabelValues(path, "delta"), full: v.WithLabelValues(path, "full"), dropped: v.WithLabelValues(path, "dropped")}
 }
 
 type session struct {
@@ -208,8 +233,15 @@ type session struct {
 	id      uint64
 	ackTick atomic.Uint64
 	// stateOut holds the newest state update too large for a datagram;
-	// the session's writer sends it on the stream.
-	stateOut chan []byte
+	// the session's writer sends it on the stream. stateFree returns the
+	// buffers of frames written (or replaced) to Publish for reuse.
+	stateOut  chan stateFrame
+	stateFree chan []byte
+	// dgramOut holds a state update for a datagram while acknowledgements
+	// wait for it (acksHeld): the writer sends both, one packet.
+	dgramOut  chan stateFrame
+	dgramFree chan []byte
+	acksHeld  atomic.Bool
 	// slots holds a token per command of this session accepted and not
 	// yet acknowledged or failed (Config.MaxInflight); pending counts its
 	// commands queued for or inside an append worker.
@@ -317,6 +349,10 @@ func New(cfg Config) (*Server, error) {
 		upBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "state_update_bytes",
 			Help: "Size of state update frames.", Buckets: prometheus.ExponentialBuckets(64, 2, 12)}),
 	}
+	s.metrics.updDatagram = newUpdateCounters(s.metrics.updates, "datagram")
+	s.metrics.updStream = newUpdateCounters(s.metrics.updates, "stream")
+	s.metrics.stored = s.metrics.commands.WithLabelValues(s.cfg.Durability.String())
+	s.metrics.failed = s.metrics.commands.WithLabelValues("failed")
 	cfg.Registry.MustRegister(admit.refused, admit.validated, s.metrics.sessions, s.metrics.closed, s.metrics.commands, s.metrics.ackDelay, s.metrics.updates, s.metrics.upBytes)
 	return s, nil
 }
@@ -444,7 +480,8 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		// deterministic ids, in a session of this connection alone.
 		hello.Session = NewSessionID()
 	}
-	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan []byte, 1),
+	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan stateFrame, 1), stateFree: make(chan []byte, 2),
+		dgramOut: make(chan stateFrame, 1), dgramFree: make(chan []byte, 2),
 		slots: make(chan struct{}, s.cfg.MaxInflight), resReady: make(chan struct{}, 1)}
 	s.mu.Lock()
 	if sess.spectator {
@@ -497,7 +534,7 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	}()
 	wctx, stopWriter := context.WithCancel(ctx)
 	defer stopWriter()
-	go labelled(ComponentFanOut, func() { sess.writeState(wctx) })
+	go labelled(ComponentFanOut, func() { sess.writeState(wctx, s.cfg.AckHold) })
 	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Welcome{PlayerID: claims.PlayerID, Player: claims.Player,
 		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate), World: s.cfg.World})); err != nil {
 		return err
@@ -689,10 +726,10 @@ func (s *Server) appendWorker(ctx context.Context) {
 func (s *Server) appended(j appendJob, err error) {
 	s.inflight.Add(-1)
 	if err != nil {
-		s.metrics.commands.WithLabelValues("failed").Inc()
+		s.metrics.failed.Inc()
 		<-j.sess.slots
 	} else {
-		s.metrics.commands.WithLabelValues(s.cfg.Durability.String()).Inc()
+		s.metrics.stored.Inc()
 		s.metrics.ackDelay.Observe(s.cfg.Now().Sub(j.received).Seconds())
 		j.sess.queueResult(wire.CommandResult{Seq: j.seq, Status: s.cfg.Durability.AckStatus()})
 	}
@@ -711,38 +748,86 @@ func (sess *session) queueResult(r wire.CommandResult) {
 	}
 }
 
-// writeState writes the session's acknowledgements (all those waiting, in
-// one flush: fewer packets) and the state updates too large for a
-// datagram (a newer one replaces a queued one) on its stream until ctx
-// ends; a slow client only delays its own writes.
-func (sess *session) writeState(ctx context.Context) {
+// writeState writes the session's acknowledgements and the state updates
+// handed to it on its stream until ctx ends; a slow client only delays its
+// own writes. Acknowledgements waiting go out together (one flush: fewer
+// packets) and with the next state update: with hold > 0 they wait for it
+// up to hold (Config.AckHold), so that the acknowledgements and the
+// update share a packet instead of taking one each.
+func (sess *session) writeState(ctx context.Context, hold time.Duration) {
 	var results []wire.CommandResult
 	var buf []byte
 	var err error // once the stream fails, writes stop but slots are still released
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	held := false
+	// buffer queues the acknowledgements waiting on the stream, unflushed,
+	// and returns how many.
+	buffer := func() int {
+		sess.resMu.Lock()
+		results, sess.results = sess.results, results[:0]
+		sess.resMu.Unlock()
+		for _, r := range results {
+			if err != nil {
+				break
+			}
+			buf = wire.AppendCommandResult(buf[:0], r)
+			err = sess.st.BufferFrame(buf)
+		}
+		return len(results)
+	}
+	// written releases the slots of n acknowledgements written.
+	written := func(n int) {
+		for range n {
+			<-sess.slots
+		}
+		if held {
+			held = false
+			sess.acksHeld.Store(false)
+			timer.Stop()
+		}
+	}
+	flush := func() {
+		n := buffer()
+		if err == nil {
+			err = sess.st.Flush()
+		}
+		written(n)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case frame := <-sess.stateOut:
+		case f := <-sess.stateOut:
+			n := buffer()
 			if err == nil {
-				err = sess.st.WriteFrame(frame)
+				err = sess.st.WriteFrame(f.b) // copies f.b; writes the acknowledgements with it
 			}
+			written(n)
+			sess.recycle(f.b)
+		case f := <-sess.dgramOut:
+			// The datagram first: QUIC packs the acknowledgements written
+			// right after into its packet while it has not sent it yet.
+			if sendErr := sess.conn.SendDatagram(f.b); sendErr != nil {
+				f.dropped.Inc()
+			} else {
+				f.sent.Inc()
+			}
+			flush()
+			sess.recycleDatagram(f.b)
 		case <-sess.resReady:
-			sess.resMu.Lock()
-			results, sess.results = sess.results, results[:0]
-			sess.resMu.Unlock()
-			for _, r := range results {
-				if err != nil {
-					break
-				}
-				buf = wire.EncodeSession(buf[:0], r)
-				err = sess.st.BufferFrame(buf)
+			if hold <= 0 {
+				flush()
+				continue
 			}
-			if err == nil {
-				err = sess.st.Flush()
+			if !held {
+				held = true
+				sess.acksHeld.Store(true)
+				timer.Reset(hold)
 			}
-			for range results {
-				<-sess.slots
+		case <-timer.C:
+			if held {
+				flush()
 			}
 		}
 	}
@@ -771,13 +856,56 @@ func (s *Server) Publish(tick uint64) {
 	labelled(ComponentFanOut, func() { s.publish(tick) })
 }
 
-func (s *Server) publish(tick uint64) {
-	type target struct {
-		sess    *session
-		applied uint64
+// stateFrame is a state update handed to a session's writer, with the
+// counters of its fate.
+type stateFrame struct {
+	b             []byte
+	sent, dropped prometheus.Counter
+}
+
+// recycle hands a state frame's buffer back to Publish (dropped if two
+// are waiting already).
+func (sess *session) recycle(frame []byte) {
+	select {
+	case sess.stateFree <- frame[:0]:
+	default:
 	}
+}
+
+// recycleDatagram is recycle for datagrams.
+func (sess *session) recycleDatagram(frame []byte) {
+	select {
+	case sess.dgramFree <- frame[:0]:
+	default:
+	}
+}
+
+// handOff puts f on out for the writer, replacing (and recycling) a
+// frame it did not take yet.
+func handOff(out chan stateFrame, f stateFrame, recycle func([]byte)) {
+	select {
+	case old := <-out:
+		old.dropped.Inc()
+		recycle(old.b)
+	default:
+	}
+	select {
+	case out <- f:
+	default: // the writer's slot was refilled meanwhile: impossible, Publish is the only sender
+		f.dropped.Inc()
+		recycle(f.b)
+	}
+}
+
+// target is a session Publish sends a tick to.
+type target struct {
+	sess    *session
+	applied uint64
+}
+
+func (s *Server) publish(tick uint64) {
 	s.mu.Lock()
-	targets := make([]target, 0, len(s.players)+len(s.watchers))
+	targets := s.targets[:0]
 	for _, sess := range s.players {
 		targets = append(targets, target{sess, s.applied[sess.claims.PlayerID]})
 	}
@@ -785,6 +913,10 @@ func (s *Server) publish(tick uint64) {
 		targets = append(targets, target{sess: sess})
 	}
 	s.mu.Unlock()
+	defer func() {
+		clear(targets) // no session kept alive by the scratch
+		s.targets = targets[:0]
+	}()
 	for _, tg := range targets {
 		sess, t, viewer := tg.sess, tick, tg.sess.claims.PlayerID
 		if sess.spectator {
@@ -806,29 +938,41 @@ func (s *Server) publish(tick uint64) {
 			continue
 		}
 		s.state = payload
-		kind := "delta"
-		if base == 0 {
-			kind = "full"
+		u := wire.StateUpdate{Tick: t, BaseTick: base, LastAppliedSeq: tg.applied, Payload: payload}
+		s.frame = wire.AppendStateUpdate(s.frame[:0], u)
+		s.metrics.upBytes.Observe(float64(len(s.frame)))
+		counters := &s.metrics.updDatagram
+		if len(s.frame) > transport.MaxDatagramSize || !sess.conn.DatagramsEnabled() {
+			counters = &s.metrics.updStream
 		}
-		frame := wire.EncodeSession(nil, wire.StateUpdate{Tick: t, BaseTick: base, LastAppliedSeq: tg.applied, Payload: payload})
-		s.metrics.upBytes.Observe(float64(len(frame)))
-		if len(frame) <= transport.MaxDatagramSize && sess.conn.DatagramsEnabled() {
-			if err := sess.conn.SendDatagram(frame); err != nil {
-				s.metrics.updates.WithLabelValues("datagram", "dropped").Inc()
+		sent := counters.delta
+		if base == 0 {
+			sent = counters.full
+		}
+		if counters == &s.metrics.updDatagram && !sess.acksHeld.Load() {
+			// SendDatagram copies the frame: s.frame is free again.
+			if err := sess.conn.SendDatagram(s.frame); err != nil {
+				counters.dropped.Inc()
 				continue
 			}
-			s.metrics.updates.WithLabelValues("datagram", kind).Inc()
+			sent.Inc()
 			continue
 		}
+		// The writer owns a frame handed to it until it gives its buffer
+		// back: a datagram while acknowledgements wait for it, or an
+		// update for the stream.
+		out, free, recycle := sess.stateOut, sess.stateFree, sess.recycle
+		if counters == &s.metrics.updDatagram {
+			out, free, recycle = sess.dgramOut, sess.dgramFree, sess.recycleDatagram
+		}
+		var frame []byte
 		select {
-		case <-sess.stateOut: // replace an update the client did not take yet
-			s.metrics.updates.WithLabelValues("stream", "dropped").Inc()
+		case frame = <-free:
 		default:
 		}
-		select {
-		case sess.stateOut <- frame:
-			s.metrics.updates.WithLabelValues("stream", kind).Inc()
-		default:
+		handOff(out, stateFrame{b: append(frame[:0], s.frame...), sent: sent, dropped: counters.dropped}, recycle)
+		if out == sess.stateOut {
+			sent.Inc() // queued for the stream (a later one may replace it: dropped)
 		}
 	}
 }

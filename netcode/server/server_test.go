@@ -64,7 +64,7 @@ func startServer(t *testing.T, limits IntakeLimits) *testServer {
 	return startServerWith(t, Config{Limits: limits, Durability: Durable})
 }
 
-func startServerWith(t *testing.T, cfg Config) *testServer {
+func startServerWith(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	ca, err := transport.NewDevCA()
 	if err != nil {
@@ -95,7 +95,7 @@ func startServerWith(t *testing.T, cfg Config) *testServer {
 	return ts
 }
 
-func (ts *testServer) token(t *testing.T, name string, id uint32, ttl time.Duration) string {
+func (ts *testServer) token(t testing.TB, name string, id uint32, ttl time.Duration) string {
 	t.Helper()
 	return issue(t, Claims{Player: name, PlayerID: id, Audience: AudiencePlayer, Expires: time.Now().Add(ttl)})
 }
@@ -106,7 +106,7 @@ func (ts *testServer) spectatorToken(t *testing.T, name string, id uint32, ttl t
 	return issue(t, Claims{Player: name, PlayerID: id, Audience: AudienceSpectator, Expires: time.Now().Add(ttl)})
 }
 
-func issue(t *testing.T, c Claims) string {
+func issue(t testing.TB, c Claims) string {
 	t.Helper()
 	tok, err := IssueToken(testSecret, c)
 	if err != nil {
@@ -115,7 +115,7 @@ func issue(t *testing.T, c Claims) string {
 	return tok
 }
 
-func (ts *testServer) dial(t *testing.T, token string) (*client.Client, error) {
+func (ts *testServer) dial(t testing.TB, token string) (*client.Client, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

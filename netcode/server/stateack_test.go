@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -104,5 +105,65 @@ func TestStateAckRidesWithCommand(t *testing.T) {
 	waitAck(first+1, 5*time.Second)
 	if waited := time.Since(start); waited >= 2*time.Second {
 		t.Fatalf("the acknowledgement did not ride with the command: it arrived %v after it", waited)
+	}
+}
+
+// TestAckRidesWithState: with AckHold, a command's acknowledgement waits
+// for the session's next state update (a datagram or, when large, the
+// stream) and goes out with it; with no update it goes out alone when
+// AckHold ends.
+func TestAckRidesWithState(t *testing.T) {
+	for _, size := range []int{100, 5000} {
+		t.Run(fmt.Sprintf("payload %d bytes", size), func(t *testing.T) {
+			const hold = 2 * time.Second
+			ts := startServerWith(t, Config{State: &fakeState{size: size}, AckHold: hold, Limits: IntakeLimits{Rate: 100, Burst: 10}})
+			c, err := ts.dial(t, ts.token(t, "ada", 7, time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			waitSessions(t, ts.srv, 1)
+			publishUntil(t, ts.srv, c, 10)
+			result := func(within time.Duration) (wire.CommandResult, bool) {
+				select {
+				case r := <-c.Results():
+					return r, true
+				case <-time.After(within):
+					return wire.CommandResult{}, false
+				}
+			}
+
+			// Held until the next update, then with it.
+			seq, err := c.Send(wire.GameCommand{Kind: wire.CommandRudder, Value: 1, Player: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, ok := result(300 * time.Millisecond); ok {
+				t.Fatalf("acknowledgement %+v went out before a state update (AckHold %v)", r, hold)
+			}
+			start := time.Now()
+			publishUntil(t, ts.srv, c, 100)
+			r, ok := result(hold / 2)
+			if !ok || r.Seq != seq || !r.Status.Stored() {
+				t.Fatalf("after a state update: acknowledgement %+v (%v), want seq %d stored within %v", r, ok, seq, hold/2)
+			}
+			if waited := time.Since(start); waited >= hold {
+				t.Fatalf("the acknowledgement came %v after the update: it did not ride with it", waited)
+			}
+
+			// Alone: when AckHold ends.
+			start = time.Now()
+			seq, err = c.Send(wire.GameCommand{Kind: wire.CommandRudder, Value: 2, Player: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, ok = result(10 * time.Second)
+			if !ok || r.Seq != seq {
+				t.Fatalf("no acknowledgement of a command without updates: %+v %v", r, ok)
+			}
+			if waited := time.Since(start); waited < hold-100*time.Millisecond {
+				t.Fatalf("a lone acknowledgement came after %v, before AckHold %v", waited, hold)
+			}
+		})
 	}
 }

@@ -184,21 +184,9 @@ func EncodeSession(dst []byte, m SessionMessage) []byte {
 		fb.WelcomeAddTickRate(b, m.TickRate)
 		body = fb.WelcomeEnd(b)
 	case CommandResult:
-		fb.CommandAckStart(b)
-		fb.CommandAckAddSeq(b, m.Seq)
-		fb.CommandAckAddStatus(b, fb.AckStatus(m.Status))
-		body = fb.CommandAckEnd(b)
+		body = buildCommandAck(b, m)
 	case StateUpdate:
-		var payload flatbuffers.UOffsetT
-		if len(m.Payload) > 0 {
-			payload = b.CreateByteVector(m.Payload)
-		}
-		fb.StateUpdateStart(b)
-		fb.StateUpdateAddTick(b, m.Tick)
-		fb.StateUpdateAddBaseTick(b, m.BaseTick)
-		fb.StateUpdateAddLastAppliedSeq(b, m.LastAppliedSeq)
-		fb.StateUpdateAddPayload(b, payload)
-		body = fb.StateUpdateEnd(b)
+		body = buildStateUpdate(b, m)
 	case StateAck:
 		fb.StateAckStart(b)
 		fb.StateAckAddTick(b, m.Tick)
@@ -212,9 +200,50 @@ func EncodeSession(dst []byte, m SessionMessage) []byte {
 	default:
 		panic(fmt.Sprintf("wire: EncodeSession: unsupported type %T", m))
 	}
+	return finishSession(dst, b, body, m.sessionBody())
+}
+
+// AppendStateUpdate appends the encoding of u to dst: EncodeSession(dst,
+// u) without boxing u in an interface (the fan-out encodes one per client
+// per tick).
+func AppendStateUpdate(dst []byte, u StateUpdate) []byte {
+	b := getBuilder()
+	return finishSession(dst, b, buildStateUpdate(b, u), fb.SessionBodyStateUpdate)
+}
+
+// AppendCommandResult appends the encoding of r to dst: EncodeSession(dst,
+// r) without boxing r in an interface.
+func AppendCommandResult(dst []byte, r CommandResult) []byte {
+	b := getBuilder()
+	return finishSession(dst, b, buildCommandAck(b, r), fb.SessionBodyCommandAck)
+}
+
+func buildCommandAck(b *flatbuffers.Builder, m CommandResult) flatbuffers.UOffsetT {
+	fb.CommandAckStart(b)
+	fb.CommandAckAddSeq(b, m.Seq)
+	fb.CommandAckAddStatus(b, fb.AckStatus(m.Status))
+	return fb.CommandAckEnd(b)
+}
+
+func buildStateUpdate(b *flatbuffers.Builder, m StateUpdate) flatbuffers.UOffsetT {
+	var payload flatbuffers.UOffsetT
+	if len(m.Payload) > 0 {
+		payload = b.CreateByteVector(m.Payload)
+	}
+	fb.StateUpdateStart(b)
+	fb.StateUpdateAddTick(b, m.Tick)
+	fb.StateUpdateAddBaseTick(b, m.BaseTick)
+	fb.StateUpdateAddLastAppliedSeq(b, m.LastAppliedSeq)
+	fb.StateUpdateAddPayload(b, payload)
+	return fb.StateUpdateEnd(b)
+}
+
+// finishSession wraps body, of type typ, in a SessionFrame and appends
+// the frame to dst.
+func finishSession(dst []byte, b *flatbuffers.Builder, body flatbuffers.UOffsetT, typ fb.SessionBody) []byte {
 	fb.SessionFrameStart(b)
 	fb.SessionFrameAddBody(b, body)
-	fb.SessionFrameAddBodyType(b, m.sessionBody())
+	fb.SessionFrameAddBodyType(b, typ)
 	return finish(dst, b, fb.SessionFrameEnd(b), sessionIdent)
 }
 

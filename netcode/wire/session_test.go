@@ -111,3 +111,44 @@ func FuzzDecodeSession(f *testing.F) {
 		}
 	})
 }
+
+// TestAppendSessionEqualsEncode: the unboxed encoders give EncodeSession's
+// bytes, appended after what dst holds.
+func TestAppendSessionEqualsEncode(t *testing.T) {
+	prefix := []byte("xyz")
+	for _, m := range sessionSamples {
+		var got []byte
+		switch m := m.(type) {
+		case StateUpdate:
+			got = AppendStateUpdate(append([]byte(nil), prefix...), m)
+		case CommandResult:
+			got = AppendCommandResult(append([]byte(nil), prefix...), m)
+		default:
+			continue
+		}
+		want := EncodeSession(append([]byte(nil), prefix...), m)
+		if string(got) != string(want) {
+			t.Fatalf("%+v: %x, EncodeSession %x", m, got, want)
+		}
+		if d, err := DecodeSession(got[len(prefix):]); err != nil || !reflect.DeepEqual(d, m) {
+			t.Fatalf("%+v: decoded %+v, %v", m, d, err)
+		}
+	}
+}
+
+func BenchmarkAppendStateUpdate(b *testing.B) {
+	u := StateUpdate{Tick: 100, BaseTick: 97, LastAppliedSeq: 12, Payload: make([]byte, 900)}
+	b.Run("EncodeSession(nil)", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			_ = EncodeSession(nil, u)
+		}
+	})
+	b.Run("AppendStateUpdate(reused)", func(b *testing.B) {
+		b.ReportAllocs()
+		var dst []byte
+		for i := 0; i < b.N; i++ {
+			dst = AppendStateUpdate(dst[:0], u)
+		}
+	})
+}

@@ -25,6 +25,18 @@ type grid struct {
 	// Islands (inflated by ShipRadius) overlapping each cell.
 	islStart []int32
 	islItems []int32
+
+	// A finer grid of bits (cells of 1<<fshift mm, a quarter of a cell's
+	// side) over the same area, the prefilter of a cannonball's tests: a
+	// bit of occ is set if a ship's box (its centre ± ShipRadius) overlaps
+	// the fine cell, a bit of isl if an island's box does. A hit or a
+	// splash is only possible in a fine cell whose bit is set, so a clear
+	// bit answers in one load what the exact tests would answer in many;
+	// a set bit sends the ball to the exact tests, which alone decide.
+	fshift   uint
+	fnx, fny int
+	occ      []uint64
+	isl      []uint64
 }
 
 // gridShip is a ship's entry: what a hit test needs without touching the
@@ -66,6 +78,18 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 			}
 		}
 	}
+	g.fshift = shift - 2
+	fcell := int64(1) << g.fshift
+	g.fnx, g.fny = int((w+fcell-1)/fcell), int((h+fcell-1)/fcell)
+	g.occ = make([]uint64, (g.fnx*g.fny+63)/64)
+	g.isl = make([]uint64, len(g.occ))
+	for _, is := range islands {
+		r := int64(is.Radius)
+		if int64(is.X)+r < x0 || int64(is.Y)+r < y0 || int64(is.X)-r >= x0+w || int64(is.Y)-r >= y0+h {
+			continue
+		}
+		g.mark(g.isl, int64(is.X)-r, int64(is.Y)-r, int64(is.X)+r, int64(is.Y)+r)
+	}
 	g.islStart = make([]int32, len(perCell)+1)
 	for c, items := range perCell {
 		g.islStart[c+1] = g.islStart[c] + int32(len(items))
@@ -80,9 +104,68 @@ func (g *grid) cellXY(x, y int64) (int, int) {
 	return int(min(cx, int64(g.nx-1))), int(min(cy, int64(g.ny-1)))
 }
 
+// fineXY returns the fine cell coordinates of (x, y), clamped to the grid.
+func (g *grid) fineXY(x, y int64) (int, int) {
+	cx, cy := max(x-g.x0, 0)>>g.fshift, max(y-g.y0, 0)>>g.fshift
+	return int(min(cx, int64(g.fnx-1))), int(min(cy, int64(g.fny-1)))
+}
+
+// mark sets the bits of the fine cells the box x0..x1 × y0..y1 (closed)
+// overlaps, clamped to the grid.
+func (g *grid) mark(bits []uint64, x0, y0, x1, y1 int64) {
+	cx0, cy0 := g.fineXY(x0, y0)
+	cx1, cy1 := g.fineXY(x1, y1)
+	for cy := cy0; cy <= cy1; cy++ {
+		for c := cy*g.fnx + cx0; c <= cy*g.fnx+cx1; c++ {
+			bits[c>>6] |= 1 << (uint(c) & 63)
+		}
+	}
+}
+
+// any reports whether a bit is set among the fine cells the box x0..x1 ×
+// y0..y1 (closed, x0 ≤ x1, y0 ≤ y1) overlaps.
+func (g *grid) any(bits []uint64, x0, y0, x1, y1 int64) bool {
+	cx0, cy0 := g.fineXY(x0, y0)
+	cx1, cy1 := g.fineXY(x1, y1)
+	for cy := cy0; cy <= cy1; cy++ {
+		for c := cy*g.fnx + cx0; c <= cy*g.fnx+cx1; c++ {
+			if bits[c>>6]&(1<<(uint(c)&63)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mayTouch reports whether touching(ax, ay, bx, by, …) may find a ship:
+// false means it finds none. The point of the segment nearest to a ship
+// it touches (as segmentContact computes it: inside the segment's box)
+// is within ShipRadius of the ship's centre on each axis, so inside the
+// ship's box, and the fine cell of that point is both marked by the ship
+// and among the segment's box's cells.
+func (g *grid) mayTouch(ax, ay, bx, by int64) bool {
+	cx0, cy0 := g.fineXY(ax, ay)
+	cx1, cy1 := g.fineXY(bx, by)
+	if cx0 == cx1 && cy0 == cy1 { // most paths: one tick of flight
+		c := cy0*g.fnx + cx0
+		return g.occ[c>>6]&(1<<(uint(c)&63)) != 0
+	}
+	return g.any(g.occ, min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
+}
+
+// mayBeIsland reports whether (x, y), a point of the grid's area, may be
+// on an island: false means splashes finds no island there. An island
+// containing the point overlaps the area, so its box was marked.
+func (g *grid) mayBeIsland(x, y int64) bool {
+	cx, cy := g.fineXY(x, y)
+	c := cy*g.fnx + cx
+	return g.isl[c>>6]&(1<<(uint(c)&63)) != 0
+}
+
 // reset empties the ship buckets.
 func (g *grid) reset() {
 	clear(g.counts)
+	clear(g.occ)
 	g.ships = g.ships[:0]
 }
 
@@ -90,6 +173,7 @@ func (g *grid) reset() {
 func (g *grid) add(slot int, x, y int32, id uint64, sunk bool) {
 	cx, cy := g.cellXY(int64(x), int64(y))
 	g.counts[cy*g.nx+cx]++
+	g.mark(g.occ, int64(x)-ShipRadius, int64(y)-ShipRadius, int64(x)+ShipRadius, int64(y)+ShipRadius)
 	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, id: id, sunk: sunk})
 }
 

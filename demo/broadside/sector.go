@@ -669,7 +669,7 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 			s.emigrateBall(i, s.geo.sectorAt(x, y))
 			continue
 		}
-		if s.splashes(x, y) {
+		if s.grid.mayBeIsland(x, y) && s.splashes(x, y) {
 			s.balls.Free(i)
 			continue
 		}
@@ -683,6 +683,9 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 			from, continued = max(from, spawn, t-min(t, MaxCatchUp)), false
 		}
 		ax, ay := ballAt(r, from)
+		if !s.grid.mayTouch(ax, ay, x, y) {
+			continue // no ship near the path: touching would find none
+		}
 		lo := len(s.touches)
 		s.touches = s.grid.touching(ax, ay, x, y, r.U64(blOwner), s.touches)
 		if len(s.touches) > lo {

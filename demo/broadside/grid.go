@@ -17,10 +17,6 @@ type grid struct {
 	ships  []gridShip // in the order added
 	sorted []gridShip // by cell
 	counts []int32
-	// sat is the summed-area table of the ships per cell: sat[(cy)*(nx+1)+cx]
-	// counts the ships of the cells left of cx and above cy, so that a
-	// path's box of cells is known empty in four reads (most paths).
-	sat []int32
 
 	// Islands (inflated by ShipRadius) overlapping each cell.
 	islStart []int32
@@ -37,6 +33,10 @@ type grid struct {
 	fnx, fny int
 	occ      []uint64
 	isl      []uint64
+	// islSat is the summed-area table, over the cells, of the set bits of
+	// isl (a cell holds 4 × 4 fine cells): a box of cells without any is
+	// known off every island in four reads.
+	islSat []int32
 }
 
 // gridShip is a ship's entry: what a hit test needs without touching the
@@ -62,7 +62,6 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 	g := &grid{x0: x0, y0: y0, shift: shift, nx: int((w + cell - 1) / cell), ny: int((h + cell - 1) / cell)}
 	g.start = make([]int32, g.nx*g.ny+1)
 	g.counts = make([]int32, g.nx*g.ny)
-	g.sat = make([]int32, (g.nx+1)*(g.ny+1))
 	// Islands: bounding boxes inflated by the ship radius.
 	perCell := make([][]int32, g.nx*g.ny)
 	for k, is := range islands {
@@ -89,6 +88,20 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 			continue
 		}
 		g.mark(g.isl, int64(is.X)-r, int64(is.Y)-r, int64(is.X)+r, int64(is.Y)+r)
+	}
+	g.islSat = make([]int32, (g.nx+1)*(g.ny+1))
+	for cy := range g.ny {
+		row := int32(0)
+		for cx := range g.nx {
+			for fy := cy << 2; fy < min(cy<<2+4, g.fny); fy++ {
+				for fx := cx << 2; fx < min(cx<<2+4, g.fnx); fx++ {
+					if c := fy*g.fnx + fx; g.isl[c>>6]&(1<<(uint(c)&63)) != 0 {
+						row++
+					}
+				}
+			}
+			g.islSat[(cy+1)*(g.nx+1)+cx+1] = g.islSat[cy*(g.nx+1)+cx+1] + row
+		}
 	}
 	g.islStart = make([]int32, len(perCell)+1)
 	for c, items := range perCell {
@@ -146,9 +159,13 @@ func (g *grid) any(bits []uint64, x0, y0, x1, y1 int64) bool {
 func (g *grid) mayTouch(ax, ay, bx, by int64) bool {
 	cx0, cy0 := g.fineXY(ax, ay)
 	cx1, cy1 := g.fineXY(bx, by)
-	if cx0 == cx1 && cy0 == cy1 { // most paths: one tick of flight
-		c := cy0*g.fnx + cx0
-		return g.occ[c>>6]&(1<<(uint(c)&63)) != 0
+	if dx, dy := cx1-cx0, cy1-cy0; dx >= -1 && dx <= 1 && dy >= -1 && dy <= 1 {
+		// Most paths (one tick of flight) span one to four fine cells,
+		// the corners of their box.
+		c00, c01 := cy0*g.fnx+cx0, cy0*g.fnx+cx1
+		c10, c11 := cy1*g.fnx+cx0, cy1*g.fnx+cx1
+		return (g.occ[c00>>6]>>(uint(c00)&63)|g.occ[c01>>6]>>(uint(c01)&63)|
+			g.occ[c10>>6]>>(uint(c10)&63)|g.occ[c11>>6]>>(uint(c11)&63))&1 != 0
 	}
 	return g.any(g.occ, min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
 }
@@ -160,6 +177,18 @@ func (g *grid) mayBeIsland(x, y int64) bool {
 	cx, cy := g.fineXY(x, y)
 	c := cy*g.fnx + cx
 	return g.isl[c>>6]&(1<<(uint(c)&63)) != 0
+}
+
+// offIslands reports that no point of the box x0..x1 × y0..y1 (x0 ≤ x1,
+// y0 ≤ y1) may be on an island: mayBeIsland is false for each. (A point's
+// fine cell is in the box's fine cells, which lie in the cells the box's
+// corners' fine cells belong to.)
+func (g *grid) offIslands(x0, y0, x1, y1 int64) bool {
+	fx0, fy0 := g.fineXY(x0, y0)
+	fx1, fy1 := g.fineXY(x1, y1)
+	cx0, cy0, cx1, cy1 := fx0>>2, fy0>>2, fx1>>2, fy1>>2
+	w := g.nx + 1
+	return g.islSat[(cy1+1)*w+cx1+1]-g.islSat[cy0*w+cx1+1]-g.islSat[(cy1+1)*w+cx0]+g.islSat[cy0*w+cx0] == 0
 }
 
 // reset empties the ship buckets.
@@ -197,21 +226,6 @@ func (g *grid) place() {
 		g.sorted[g.counts[c]] = s
 		g.counts[c]++
 	}
-	w := g.nx + 1
-	for cy := range g.ny {
-		row := int32(0)
-		for cx := range g.nx {
-			c := cy*g.nx + cx
-			row += g.start[c+1] - g.start[c]
-			g.sat[(cy+1)*w+cx+1] = g.sat[cy*w+cx+1] + row
-		}
-	}
-}
-
-// shipsIn returns the number of ships in the cells cx0..cx1 × cy0..cy1.
-func (g *grid) shipsIn(cx0, cy0, cx1, cy1 int) int32 {
-	w := g.nx + 1
-	return g.sat[(cy1+1)*w+cx1+1] - g.sat[cy0*w+cx1+1] - g.sat[(cy1+1)*w+cx0] + g.sat[cy0*w+cx0]
 }
 
 // pathTouch is a ship a cannonball's path touches; along orders the ships
@@ -233,9 +247,6 @@ func (g *grid) touching(ax, ay, bx, by int64, skip uint64, out []pathTouch) []pa
 	start := len(out)
 	cx0, cy0 := g.cellXY(min(ax, bx)-ShipRadius, min(ay, by)-ShipRadius)
 	cx1, cy1 := g.cellXY(max(ax, bx)+ShipRadius, max(ay, by)+ShipRadius)
-	if g.shipsIn(cx0, cy0, cx1, cy1) == 0 {
-		return out
-	}
 	for cy := cy0; cy <= cy1; cy++ {
 		for cx := cx0; cx <= cx1; cx++ {
 			c := cy*g.nx + cx

@@ -33,6 +33,9 @@ type grid struct {
 	fnx, fny int
 	occ      []uint64
 	isl      []uint64
+	// islNear is isl for the islands inflated by ShipRadius, as islandsNear
+	// lists them.
+	islNear []uint64
 	// islSat is the summed-area table, over the cells, of the set bits of
 	// isl (a cell holds 4 × 4 fine cells): a box of cells without any is
 	// known off every island in four reads.
@@ -82,12 +85,20 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 	g.fnx, g.fny = int((w+fcell-1)/fcell), int((h+fcell-1)/fcell)
 	g.occ = make([]uint64, (g.fnx*g.fny+63)/64)
 	g.isl = make([]uint64, len(g.occ))
+	g.islNear = make([]uint64, len(g.occ))
 	for _, is := range islands {
 		r := int64(is.Radius)
 		if int64(is.X)+r < x0 || int64(is.Y)+r < y0 || int64(is.X)-r >= x0+w || int64(is.Y)-r >= y0+h {
 			continue
 		}
 		g.mark(g.isl, int64(is.X)-r, int64(is.Y)-r, int64(is.X)+r, int64(is.Y)+r)
+	}
+	for _, is := range islands { // as the cells' lists, above
+		rr := int64(is.Radius) + ShipRadius
+		if int64(is.X)+rr < x0 || int64(is.Y)+rr < y0 || int64(is.X)-rr >= x0+w || int64(is.Y)-rr >= y0+h {
+			continue
+		}
+		g.mark(g.islNear, int64(is.X)-rr, int64(is.Y)-rr, int64(is.X)+rr, int64(is.Y)+rr)
 	}
 	g.islSat = make([]int32, (g.nx+1)*(g.ny+1))
 	for cy := range g.ny {
@@ -177,6 +188,17 @@ func (g *grid) mayBeIsland(x, y int64) bool {
 	cx, cy := g.fineXY(x, y)
 	c := cy*g.fnx + cx
 	return g.isl[c>>6]&(1<<(uint(c)&63)) != 0
+}
+
+// mayBeNearIsland reports whether (x, y), anywhere, may be inside an
+// island's circle inflated by ShipRadius: false means none of the islands
+// islandsNear(x, y) lists has it inside. (Such an island's box holds the
+// point, and clamping keeps the order of coordinates, so the point's fine
+// cell is among those the box marked.)
+func (g *grid) mayBeNearIsland(x, y int64) bool {
+	cx, cy := g.fineXY(x, y)
+	c := cy*g.fnx + cx
+	return g.islNear[c>>6]&(1<<(uint(c)&63)) != 0
 }
 
 // offIslands reports that no point of the box x0..x1 × y0..y1 (x0 ≤ x1,

@@ -9,7 +9,8 @@ import (
 // exact tests would find. A path mayTouch rules out touches no ship
 // (checked against every ship, brute force, and against touching); a
 // point mayBeIsland rules out is on no island; a box offIslands rules
-// out holds no point mayBeIsland accepts. Paths and ships straddle the
+// out holds no point mayBeIsland accepts; a point mayBeNearIsland rules
+// out is inside none of the inflated islands islandsNear lists. Paths and ships straddle the
 // grid's edges, where cells are clamped.
 func TestGridPrefilters(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -64,6 +65,16 @@ func TestGridPrefilters(t *testing.T) {
 				}
 			} else if brute > 0 {
 				touched++
+			}
+			// Grounding, for points anywhere.
+			if !g.mayBeNearIsland(ax, ay) {
+				for _, k := range g.islandsNear(ax, ay) {
+					is := islands[k]
+					dx, dy, rr := ax-int64(is.X), ay-int64(is.Y), int64(is.Radius)+ShipRadius
+					if dx*dx+dy*dy < rr*rr {
+						t.Fatalf("round %d: mayBeNearIsland(%d,%d) false but island %d is near", round, ax, ay, k)
+					}
+				}
 			}
 			// Islands, for points of the grid's area.
 			px, py := ax, ay

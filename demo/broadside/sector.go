@@ -502,7 +502,7 @@ func (s *Sector) moveShip(i int) {
 	nx := int64(x) + int64(mulQ16(speed, Cos(heading)))
 	ny := int64(y) + int64(mulQ16(speed, Sin(heading)))
 
-	for _, k := range s.grid.islandsNear(nx, ny) {
+	for _, k := range s.islandsNear(nx, ny) {
 		is := &s.geo.islands[k]
 		dx, dy := nx-int64(is.X), ny-int64(is.Y)
 		rr := int64(is.Radius) + ShipRadius
@@ -527,6 +527,15 @@ func (s *Sector) moveShip(i int) {
 	w.SetU16(mvHeading, heading)
 	w.SetI32(mvX, int32(nx))
 	w.SetI32(mvY, int32(ny))
+}
+
+// islandsNear returns the islands a ship at (x, y) may be aground on
+// (grid.islandsNear), none if the grid's bits rule every one out.
+func (s *Sector) islandsNear(x, y int64) []int32 {
+	if !s.grid.mayBeNearIsland(x, y) {
+		return nil
+	}
+	return s.grid.islandsNear(x, y)
 }
 
 // Keys of the random streams Step draws from (the world's layout draws its

@@ -72,6 +72,7 @@ func decodeForkInfo(b []byte) (ForkInfo, error) {
 	if len(b) == 0 || b[0] != 1 {
 		return bad("unknown version")
 	}
+	orig := b
 	b = b[1:]
 	next := func() (uint64, bool) {
 		v, k := binary.Uvarint(b)
@@ -128,6 +129,9 @@ func decodeForkInfo(b []byte) (ForkInfo, error) {
 	}
 	if len(b) != 0 {
 		return bad("trailing bytes")
+	}
+	if string(appendForkInfo(nil, &fi)) != string(orig) {
+		return bad("not in canonical form") // overlong varints
 	}
 	return fi, nil
 }
@@ -207,6 +211,12 @@ func Fork(ctx context.Context, cfg ForkConfig) (RecordStats, ForkInfo, error) {
 	}
 	sims, start, err := r.restoreBefore(cfg.At, cfg.NewSim)
 	if err != nil {
+		return RecordStats{}, ForkInfo{}, err
+	}
+	// The fencing state at the snapshot: the fork's runners must accept
+	// the outputs the original's accepted, and the fork's log no longer
+	// holds the claims before it (Record writes it into the fork).
+	if start.Fences, err = r.fencesAt(ctx, start.Pos); err != nil {
 		return RecordStats{}, ForkInfo{}, err
 	}
 	fi := ForkInfo{Of: cfg.Of, At: cfg.At, From: start.Tick,
@@ -353,6 +363,11 @@ type forkSource struct {
 	sims    []replay.TableSim
 	removed uint64
 
+	// fences follows the lease claims of the log as the fork's runners
+	// read it: the fork's outputs carry their shard's current epoch, and
+	// the recorded outputs the runners ignore as stale stay as they are.
+	fences   fenceEpochs
+	epochSeq map[uint32][2]uint64    // per shard: the epoch of its last fenced output and its count in that epoch
 	byTick   bool                    // the recorded migrations do not say their shard: key by tick alone
 	recorded map[outKey]int          // recorded migrations of each shard's tick (after from)
 	slot     map[outKey]int          // recorded migrations of each met so far
@@ -371,12 +386,14 @@ func newForkSource(ctx context.Context, r *Reader, start replay.Checkpoint, cfg 
 		players: append(slices.Clone(fi.WithoutPlayers), fi.AsBot...), drop: fi.Dropped, bots: fi.AsBot,
 		botFns: cfg.Bots, sims: sims, recorded: map[outKey]int{}, slot: map[outKey]int{}, outs: map[outKey][]forkOutput{},
 		seq: make([]uint64, r.h.Shards), botDone: cfg.At - 1,
+		fences: fenceEpochsOf(start.Fences), epochSeq: map[uint32][2]uint64{},
 	}
 	slices.Sort(f.players)
 	f.players = slices.Compact(f.players)
 	// Count the recorded migrations of every shard's tick after the
 	// snapshot: they say where the fork's own go.
 	scan := r.newEntrySource(start.Pos, ^uint64(0))
+	fences := fenceEpochsOf(start.Fences)
 	for {
 		e, err := scan.Next(ctx)
 		if errors.Is(err, replay.ErrEndOfLog) {
@@ -385,7 +402,7 @@ func newForkSource(ctx context.Context, r *Reader, start replay.Checkpoint, cfg 
 		if err != nil {
 			return nil, fmt.Errorf("bsr: fork: %w", err)
 		}
-		if k, ok := f.migrationKey(e); ok {
+		if k, ok := f.migrationKey(e, fences); ok {
 			f.recorded[k]++
 		} else if f.isLaterMigration(e) {
 			f.byTick = true
@@ -397,6 +414,7 @@ func newForkSource(ctx context.Context, r *Reader, start replay.Checkpoint, cfg 
 		// tick's recorded ones.
 		clear(f.recorded)
 		scan = r.newEntrySource(start.Pos, ^uint64(0))
+		fences = fenceEpochsOf(start.Fences)
 		for {
 			e, err := scan.Next(ctx)
 			if errors.Is(err, replay.ErrEndOfLog) {
@@ -405,7 +423,7 @@ func newForkSource(ctx context.Context, r *Reader, start replay.Checkpoint, cfg 
 			if err != nil {
 				return nil, fmt.Errorf("bsr: fork: %w", err)
 			}
-			if k, ok := f.migrationKey(e); ok {
+			if k, ok := f.migrationKey(e, fences); ok {
 				f.recorded[k]++
 			}
 		}
@@ -422,10 +440,16 @@ func (f *forkSource) isLaterMigration(e msg.Entry) bool {
 
 // migrationKey returns the shard and tick that produced a recorded
 // migration of a tick after the snapshot (the tick alone, shard
-// BroadcastShard, in byTick mode).
-func (f *forkSource) migrationKey(e msg.Entry) (outKey, bool) {
+// BroadcastShard, in byTick mode). fences follows the log up to e (it
+// reads e if e is a lease claim): a migration the runners ignore as stale
+// is not one (the fork keeps it as it is, ignored likewise).
+func (f *forkSource) migrationKey(e msg.Entry, fences fenceEpochs) (outKey, bool) {
 	env, err := wire.DecodeEnvelope(e.Record.Data)
-	if err != nil || env.Kind != wire.EnvelopeMigration || env.Tick <= f.from {
+	if err != nil {
+		return outKey{}, false
+	}
+	fences.read(&env)
+	if env.Kind != wire.EnvelopeMigration || env.Tick <= f.from || replay.StaleOutput(&env, e.Record.ID.Client, fences.epoch) {
 		return outKey{}, false
 	}
 	if f.byTick {
@@ -471,9 +495,24 @@ func (f *forkSource) emitOutput(k outKey, pos uint64) bool {
 	}
 	o := q[0]
 	f.seq[o.shard]++
-	data := wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeMigration, Tick: k.tick, Shard: replay.BroadcastShard,
-		ClientSeq: f.seq[o.shard], Payload: o.payload})
-	f.queue = append(f.queue, msg.Entry{Pos: pos, Record: msg.Record{ID: msg.RecordID{Client: replay.OutputClientID(f.world, o.shard), Seq: f.seq[o.shard]}, Data: data}})
+	env := wire.Envelope{Kind: wire.EnvelopeMigration, Tick: k.tick, Shard: replay.BroadcastShard,
+		ClientSeq: f.seq[o.shard], Payload: o.payload}
+	id := msg.RecordID{Client: replay.OutputClientID(f.world, o.shard), Seq: f.seq[o.shard]}
+	if epoch := f.fences[o.shard]; epoch != 0 {
+		// The shard is fenced here: its output carries the epoch of its
+		// newest claim, as its worker's would, under that epoch's client
+		// id, counted from 1 within the epoch.
+		es := f.epochSeq[o.shard]
+		if es[0] != epoch {
+			es = [2]uint64{epoch, 0}
+		}
+		es[1]++
+		f.epochSeq[o.shard] = es
+		env.Epoch, env.Source = epoch, o.shard
+		id = msg.RecordID{Client: replay.FencedOutputClientID(f.world, o.shard, epoch), Seq: es[1]}
+	}
+	data := wire.EncodeEnvelope(nil, env)
+	f.queue = append(f.queue, msg.Entry{Pos: pos, Record: msg.Record{ID: id, Data: data}})
 	if f.outs[k] = q[1:]; len(f.outs[k]) == 0 {
 		delete(f.outs, k)
 	}
@@ -518,7 +557,7 @@ func (f *forkSource) Next(ctx context.Context) (msg.Entry, error) {
 			f.queue = append(f.queue, e)
 			break
 		}
-		if k, ok := f.migrationKey(e); ok {
+		if k, ok := f.migrationKey(e, f.fences); ok {
 			// The recorded k-th output of a shard's tick: the fork's k-th
 			// takes its place (and after the last, the fork's extra).
 			f.slot[k]++

@@ -11,6 +11,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // forkMetaName is the metadata name under which a fork records its
@@ -19,6 +20,9 @@ const forkMetaName = "bsr.fork"
 
 // maxForkList bounds the players and positions a ForkInfo lists.
 const maxForkList = 1 << 16
+
+// maxSignerName bounds a ForkInfo's signer name.
+const maxSignerName = 1 << 10
 
 // ErrNoSuchPosition is returned by Fork for a position to drop that is not
 // one of the recorded log entries it re-simulates.
@@ -40,10 +44,19 @@ type ForkInfo struct {
 	AsBot          []uint32
 	// Removed counts the log entries removed.
 	Removed uint64
+	// Signer names the key that signed the fork's log checkpoints
+	// (ForkConfig.Signer); "" marks an unsigned fork.
+	Signer string
 }
 
+// appendForkInfo encodes fi: version 1, or 2 for a signed fork (the
+// signer's name follows the count).
 func appendForkInfo(b []byte, fi *ForkInfo) []byte {
-	b = append(b, 1) // version
+	version := byte(1)
+	if fi.Signer != "" {
+		version = 2
+	}
+	b = append(b, version)
 	b = binary.AppendUvarint(b, fi.At)
 	b = binary.AppendUvarint(b, fi.From)
 	b = binary.AppendUvarint(b, uint64(len(fi.Of)))
@@ -60,7 +73,12 @@ func appendForkInfo(b []byte, fi *ForkInfo) []byte {
 	for _, p := range fi.AsBot {
 		b = binary.AppendUvarint(b, uint64(p))
 	}
-	return binary.AppendUvarint(b, fi.Removed)
+	b = binary.AppendUvarint(b, fi.Removed)
+	if fi.Signer != "" {
+		b = binary.AppendUvarint(b, uint64(len(fi.Signer)))
+		b = append(b, fi.Signer...)
+	}
+	return b
 }
 
 // decodeForkInfo decodes what appendForkInfo wrote.
@@ -69,10 +87,10 @@ func decodeForkInfo(b []byte) (ForkInfo, error) {
 	bad := func(what string) (ForkInfo, error) {
 		return ForkInfo{}, fmt.Errorf("%w: fork info: %s", ErrCorrupt, what)
 	}
-	if len(b) == 0 || b[0] != 1 {
+	if len(b) == 0 || (b[0] != 1 && b[0] != 2) {
 		return bad("unknown version")
 	}
-	orig := b
+	orig, version := b, b[0]
 	b = b[1:]
 	next := func() (uint64, bool) {
 		v, k := binary.Uvarint(b)
@@ -127,6 +145,12 @@ func decodeForkInfo(b []byte) (ForkInfo, error) {
 	if fi.Removed, ok = next(); !ok {
 		return bad("malformed count")
 	}
+	if version == 2 {
+		if n, ok = next(); !ok || n == 0 || n > uint64(len(b)) || n > maxSignerName {
+			return bad("malformed signer")
+		}
+		fi.Signer, b = string(b[:n]), b[n:]
+	}
 	if len(b) != 0 {
 		return bad("trailing bytes")
 	}
@@ -176,6 +200,12 @@ type ForkConfig struct {
 	Bots map[uint32]Bot
 	// Of names the original in the fork's ForkInfo.
 	Of string
+	// Signer, if set, signs the fork's log checkpoints (RecordConfig.
+	// Signer): the fork is then verified with its verifier key, like a
+	// server's recording. Without it the fork is marked unsigned
+	// (ForkInfo.Signer ""). A fork's log is not the original's, so the
+	// original's signatures never cover it.
+	Signer note.Signer
 }
 
 // Bot plays one player in a fork: given the tick whose inputs are being
@@ -233,9 +263,12 @@ func Fork(ctx context.Context, cfg ForkConfig) (RecordStats, ForkInfo, error) {
 	if err != nil {
 		return RecordStats{}, ForkInfo{}, err
 	}
+	if cfg.Signer != nil {
+		fi.Signer = cfg.Signer.Name()
+	}
 	st, err := Record(ctx, RecordConfig{
 		Source: fs, Writer: cfg.Writer, Sims: sims, Start: start,
-		CommandKind: cfg.CommandKind, KindNames: cfg.KindNames, OnTick: fs.produced,
+		CommandKind: cfg.CommandKind, KindNames: cfg.KindNames, OnTick: fs.produced, Signer: cfg.Signer,
 	})
 	if err != nil {
 		return st, fi, fmt.Errorf("bsr: fork: %w", err)

@@ -37,6 +37,33 @@ func isLeaseClaim(env *wire.Envelope) bool {
 	return env.Kind == wire.EnvelopeControl && env.Epoch != 0 && string(env.Payload) == leaseClaimPayload
 }
 
+// IsLeaseClaim reports whether env (verified) is a lease claim
+// (LeaseClaimRecord): of shard env.Shard at epoch env.Epoch.
+func IsLeaseClaim(env *wire.Envelope) bool { return isLeaseClaim(env) }
+
+// OutputSource returns the shard whose output a migration envelope with
+// record client id client is, as a Runner reads it: env.Source for a
+// fenced output (env.Epoch != 0), else the shard of an unfenced output's
+// client id (OutputClientID), or BroadcastShard for any other id.
+func OutputSource(env *wire.Envelope, client uint64) uint32 {
+	if env.Epoch != 0 {
+		return env.Source
+	}
+	return sourceOf(client)
+}
+
+// StaleOutput reports whether a Runner whose fence table gives epoch(s),
+// the newest lease claim of shard s it read (0: none), ignores the
+// migration envelope env with record client id client as stale: a fenced
+// output of another epoch than its shard's newest claim, or an unfenced
+// output of a shard that is fenced.
+func StaleOutput(env *wire.Envelope, client uint64, epoch func(shard uint32) uint64) bool {
+	if env.Epoch == 0 && epoch(sourceOf(client)) == 0 {
+		return false
+	}
+	return epoch(OutputSource(env, client)) != env.Epoch
+}
+
 // FencedOutputClientID is the deduplication client id of the outputs of
 // shard in world produced under lease epoch: each epoch has its own, so a
 // stale owner's copy of an output never takes the place of the current

@@ -73,6 +73,7 @@ full run takes a few minutes.`,
 	f.IntVar(&cfg.Ships, "ships", 1000, "bot ships in the world")
 	f.DurationVar(&cfg.RecoveryTarget, "recovery-target", snapshot.DefaultRecoveryTarget, "recovery time target of the snapshot policy")
 	f.StringVar(&cfg.Dir, "dir", "", "parent `DIR` of the snapshot store's temporary directory (default: the system temp dir)")
+	f.StringVar(&cfg.ReplayProfile, "replay-profile", "", "write a CPU profile of the whole world's replay (phase 3) to `FILE` (go tool pprof)")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress on stderr")
 	return cmd
 }

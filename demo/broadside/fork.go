@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/anoptic/broadside/replay/bsr"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // ForkOptions say what a what-if fork of a recording changes
@@ -28,6 +29,9 @@ type ForkOptions struct {
 	AsBot   []string
 	// BotSeed seeds the bots' variety.
 	BotSeed uint64
+	// Signer, if set, signs the fork's log checkpoints (bsr.ForkConfig.
+	// Signer); nil writes a fork marked unsigned.
+	Signer note.Signer
 }
 
 // ParsePlayer reads "player:P" (or "P").
@@ -48,7 +52,7 @@ func ForkRecording(ctx context.Context, o ForkOptions) (bsr.RecordStats, bsr.For
 	}
 	defer r.Close()
 	cfg := bsr.ForkConfig{Reader: r, NewSim: game.NewSim, CommandKind: game.CommandKind, KindNames: game.KindNames,
-		At: o.At, Of: filepath.Base(o.In)}
+		At: o.At, Of: filepath.Base(o.In), Signer: o.Signer}
 	for _, s := range o.Drop {
 		pos, err := strconv.ParseUint(s, 10, 64)
 		if err != nil || pos == 0 {

@@ -17,14 +17,29 @@ type grid struct {
 	ships  []gridShip // in the order added
 	sorted []gridShip // by cell
 	counts []int32
-	// sat is the summed-area table of the ships per cell: sat[(cy)*(nx+1)+cx]
-	// counts the ships of the cells left of cx and above cy, so that a
-	// path's box of cells is known empty in four reads (most paths).
-	sat []int32
 
 	// Islands (inflated by ShipRadius) overlapping each cell.
 	islStart []int32
 	islItems []int32
+
+	// A finer grid of bits (cells of 1<<fshift mm, a quarter of a cell's
+	// side) over the same area, the prefilter of a cannonball's tests: a
+	// bit of occ is set if a ship's box (its centre ± ShipRadius) overlaps
+	// the fine cell, a bit of isl if an island's box does. A hit or a
+	// splash is only possible in a fine cell whose bit is set, so a clear
+	// bit answers in one load what the exact tests would answer in many;
+	// a set bit sends the ball to the exact tests, which alone decide.
+	fshift   uint
+	fnx, fny int
+	occ      []uint64
+	isl      []uint64
+	// islNear is isl for the islands inflated by ShipRadius, as islandsNear
+	// lists them.
+	islNear []uint64
+	// islSat is the summed-area table, over the cells, of the set bits of
+	// isl (a cell holds 4 × 4 fine cells): a box of cells without any is
+	// known off every island in four reads.
+	islSat []int32
 }
 
 // gridShip is a ship's entry: what a hit test needs without touching the
@@ -50,7 +65,6 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 	g := &grid{x0: x0, y0: y0, shift: shift, nx: int((w + cell - 1) / cell), ny: int((h + cell - 1) / cell)}
 	g.start = make([]int32, g.nx*g.ny+1)
 	g.counts = make([]int32, g.nx*g.ny)
-	g.sat = make([]int32, (g.nx+1)*(g.ny+1))
 	// Islands: bounding boxes inflated by the ship radius.
 	perCell := make([][]int32, g.nx*g.ny)
 	for k, is := range islands {
@@ -64,6 +78,40 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 			for cx := cx0; cx <= cx1; cx++ {
 				perCell[cy*g.nx+cx] = append(perCell[cy*g.nx+cx], int32(k))
 			}
+		}
+	}
+	g.fshift = shift - 2
+	fcell := int64(1) << g.fshift
+	g.fnx, g.fny = int((w+fcell-1)/fcell), int((h+fcell-1)/fcell)
+	g.occ = make([]uint64, (g.fnx*g.fny+63)/64)
+	g.isl = make([]uint64, len(g.occ))
+	g.islNear = make([]uint64, len(g.occ))
+	for _, is := range islands {
+		r := int64(is.Radius)
+		if int64(is.X)+r < x0 || int64(is.Y)+r < y0 || int64(is.X)-r >= x0+w || int64(is.Y)-r >= y0+h {
+			continue
+		}
+		g.mark(g.isl, int64(is.X)-r, int64(is.Y)-r, int64(is.X)+r, int64(is.Y)+r)
+	}
+	for _, is := range islands { // as the cells' lists, above
+		rr := int64(is.Radius) + ShipRadius
+		if int64(is.X)+rr < x0 || int64(is.Y)+rr < y0 || int64(is.X)-rr >= x0+w || int64(is.Y)-rr >= y0+h {
+			continue
+		}
+		g.mark(g.islNear, int64(is.X)-rr, int64(is.Y)-rr, int64(is.X)+rr, int64(is.Y)+rr)
+	}
+	g.islSat = make([]int32, (g.nx+1)*(g.ny+1))
+	for cy := range g.ny {
+		row := int32(0)
+		for cx := range g.nx {
+			for fy := cy << 2; fy < min(cy<<2+4, g.fny); fy++ {
+				for fx := cx << 2; fx < min(cx<<2+4, g.fnx); fx++ {
+					if c := fy*g.fnx + fx; g.isl[c>>6]&(1<<(uint(c)&63)) != 0 {
+						row++
+					}
+				}
+			}
+			g.islSat[(cy+1)*(g.nx+1)+cx+1] = g.islSat[cy*(g.nx+1)+cx+1] + row
 		}
 	}
 	g.islStart = make([]int32, len(perCell)+1)
@@ -80,9 +128,95 @@ func (g *grid) cellXY(x, y int64) (int, int) {
 	return int(min(cx, int64(g.nx-1))), int(min(cy, int64(g.ny-1)))
 }
 
+// fineXY returns the fine cell coordinates of (x, y), clamped to the grid.
+func (g *grid) fineXY(x, y int64) (int, int) {
+	cx, cy := max(x-g.x0, 0)>>g.fshift, max(y-g.y0, 0)>>g.fshift
+	return int(min(cx, int64(g.fnx-1))), int(min(cy, int64(g.fny-1)))
+}
+
+// mark sets the bits of the fine cells the box x0..x1 × y0..y1 (closed)
+// overlaps, clamped to the grid.
+func (g *grid) mark(bits []uint64, x0, y0, x1, y1 int64) {
+	cx0, cy0 := g.fineXY(x0, y0)
+	cx1, cy1 := g.fineXY(x1, y1)
+	for cy := cy0; cy <= cy1; cy++ {
+		for c := cy*g.fnx + cx0; c <= cy*g.fnx+cx1; c++ {
+			bits[c>>6] |= 1 << (uint(c) & 63)
+		}
+	}
+}
+
+// any reports whether a bit is set among the fine cells the box x0..x1 ×
+// y0..y1 (closed, x0 ≤ x1, y0 ≤ y1) overlaps.
+func (g *grid) any(bits []uint64, x0, y0, x1, y1 int64) bool {
+	cx0, cy0 := g.fineXY(x0, y0)
+	cx1, cy1 := g.fineXY(x1, y1)
+	for cy := cy0; cy <= cy1; cy++ {
+		for c := cy*g.fnx + cx0; c <= cy*g.fnx+cx1; c++ {
+			if bits[c>>6]&(1<<(uint(c)&63)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mayTouch reports whether touching(ax, ay, bx, by, …) may find a ship:
+// false means it finds none. The point of the segment nearest to a ship
+// it touches (as segmentContact computes it: inside the segment's box)
+// is within ShipRadius of the ship's centre on each axis, so inside the
+// ship's box, and the fine cell of that point is both marked by the ship
+// and among the segment's box's cells.
+func (g *grid) mayTouch(ax, ay, bx, by int64) bool {
+	cx0, cy0 := g.fineXY(ax, ay)
+	cx1, cy1 := g.fineXY(bx, by)
+	if dx, dy := cx1-cx0, cy1-cy0; dx >= -1 && dx <= 1 && dy >= -1 && dy <= 1 {
+		// Most paths (one tick of flight) span one to four fine cells,
+		// the corners of their box.
+		c00, c01 := cy0*g.fnx+cx0, cy0*g.fnx+cx1
+		c10, c11 := cy1*g.fnx+cx0, cy1*g.fnx+cx1
+		return (g.occ[c00>>6]>>(uint(c00)&63)|g.occ[c01>>6]>>(uint(c01)&63)|
+			g.occ[c10>>6]>>(uint(c10)&63)|g.occ[c11>>6]>>(uint(c11)&63))&1 != 0
+	}
+	return g.any(g.occ, min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
+}
+
+// mayBeIsland reports whether (x, y), a point of the grid's area, may be
+// on an island: false means splashes finds no island there. An island
+// containing the point overlaps the area, so its box was marked.
+func (g *grid) mayBeIsland(x, y int64) bool {
+	cx, cy := g.fineXY(x, y)
+	c := cy*g.fnx + cx
+	return g.isl[c>>6]&(1<<(uint(c)&63)) != 0
+}
+
+// mayBeNearIsland reports whether (x, y), anywhere, may be inside an
+// island's circle inflated by ShipRadius: false means none of the islands
+// islandsNear(x, y) lists has it inside. (Such an island's box holds the
+// point, and clamping keeps the order of coordinates, so the point's fine
+// cell is among those the box marked.)
+func (g *grid) mayBeNearIsland(x, y int64) bool {
+	cx, cy := g.fineXY(x, y)
+	c := cy*g.fnx + cx
+	return g.islNear[c>>6]&(1<<(uint(c)&63)) != 0
+}
+
+// offIslands reports that no point of the box x0..x1 × y0..y1 (x0 ≤ x1,
+// y0 ≤ y1) may be on an island: mayBeIsland is false for each. (A point's
+// fine cell is in the box's fine cells, which lie in the cells the box's
+// corners' fine cells belong to.)
+func (g *grid) offIslands(x0, y0, x1, y1 int64) bool {
+	fx0, fy0 := g.fineXY(x0, y0)
+	fx1, fy1 := g.fineXY(x1, y1)
+	cx0, cy0, cx1, cy1 := fx0>>2, fy0>>2, fx1>>2, fy1>>2
+	w := g.nx + 1
+	return g.islSat[(cy1+1)*w+cx1+1]-g.islSat[cy0*w+cx1+1]-g.islSat[(cy1+1)*w+cx0]+g.islSat[cy0*w+cx0] == 0
+}
+
 // reset empties the ship buckets.
 func (g *grid) reset() {
 	clear(g.counts)
+	clear(g.occ)
 	g.ships = g.ships[:0]
 }
 
@@ -90,6 +224,7 @@ func (g *grid) reset() {
 func (g *grid) add(slot int, x, y int32, id uint64, sunk bool) {
 	cx, cy := g.cellXY(int64(x), int64(y))
 	g.counts[cy*g.nx+cx]++
+	g.mark(g.occ, int64(x)-ShipRadius, int64(y)-ShipRadius, int64(x)+ShipRadius, int64(y)+ShipRadius)
 	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, id: id, sunk: sunk})
 }
 
@@ -113,21 +248,6 @@ func (g *grid) place() {
 		g.sorted[g.counts[c]] = s
 		g.counts[c]++
 	}
-	w := g.nx + 1
-	for cy := range g.ny {
-		row := int32(0)
-		for cx := range g.nx {
-			c := cy*g.nx + cx
-			row += g.start[c+1] - g.start[c]
-			g.sat[(cy+1)*w+cx+1] = g.sat[cy*w+cx+1] + row
-		}
-	}
-}
-
-// shipsIn returns the number of ships in the cells cx0..cx1 × cy0..cy1.
-func (g *grid) shipsIn(cx0, cy0, cx1, cy1 int) int32 {
-	w := g.nx + 1
-	return g.sat[(cy1+1)*w+cx1+1] - g.sat[cy0*w+cx1+1] - g.sat[(cy1+1)*w+cx0] + g.sat[cy0*w+cx0]
 }
 
 // pathTouch is a ship a cannonball's path touches; along orders the ships
@@ -149,9 +269,6 @@ func (g *grid) touching(ax, ay, bx, by int64, skip uint64, out []pathTouch) []pa
 	start := len(out)
 	cx0, cy0 := g.cellXY(min(ax, bx)-ShipRadius, min(ay, by)-ShipRadius)
 	cx1, cy1 := g.cellXY(max(ax, bx)+ShipRadius, max(ay, by)+ShipRadius)
-	if g.shipsIn(cx0, cy0, cx1, cy1) == 0 {
-		return out
-	}
 	for cy := cy0; cy <= cy1; cy++ {
 		for cx := cx0; cx <= cx1; cx++ {
 			c := cy*g.nx + cx

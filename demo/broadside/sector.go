@@ -161,6 +161,9 @@ type Sector struct {
 	// Scratch of flyBalls, reused every tick.
 	flights []flight
 	touches []pathTouch
+	// hot caches, per ball slot, what flyBalls reads every tick; derived
+	// from the balls table (written with each ball, rebuilt by Restored).
+	hot []ballHot
 
 	outBuf  []byte
 	outEnds []int
@@ -434,6 +437,7 @@ func (s *Sector) applyMigration(c *replay.Command, rec lineage.Recorder) {
 		r.SetU64(blDeparted, m.departed)
 		r.SetU64(blArrived, s.tick)
 		rec.Command(b.id, c.Pos)
+		s.cacheBall(i)
 	}
 }
 
@@ -498,7 +502,7 @@ func (s *Sector) moveShip(i int) {
 	nx := int64(x) + int64(mulQ16(speed, Cos(heading)))
 	ny := int64(y) + int64(mulQ16(speed, Sin(heading)))
 
-	for _, k := range s.grid.islandsNear(nx, ny) {
+	for _, k := range s.islandsNear(nx, ny) {
 		is := &s.geo.islands[k]
 		dx, dy := nx-int64(is.X), ny-int64(is.Y)
 		rr := int64(is.Radius) + ShipRadius
@@ -523,6 +527,15 @@ func (s *Sector) moveShip(i int) {
 	w.SetU16(mvHeading, heading)
 	w.SetI32(mvX, int32(nx))
 	w.SetI32(mvY, int32(ny))
+}
+
+// islandsNear returns the islands a ship at (x, y) may be aground on
+// (grid.islandsNear), none if the grid's bits rule every one out.
+func (s *Sector) islandsNear(x, y int64) []int32 {
+	if !s.grid.mayBeNearIsland(x, y) {
+		return nil
+	}
+	return s.grid.islandsNear(x, y)
 }
 
 // Keys of the random streams Step draws from (the world's layout draws its
@@ -571,6 +584,7 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 		w.SetI32(blVY, mulQ16(v, Sin(aim))+shipVY)
 		w.SetU64(blSpawn, s.tick)
 		w.SetU32(blLifetime, lifetime)
+		s.cacheBall(b)
 		rec.Derived(id, lineage.EntityID(owner))
 	}
 }
@@ -635,6 +649,84 @@ func ballAt(r table.Record, t uint64) (int64, int64) {
 	return int64(r.I32(blX0)) + int64(r.I32(blVX))*age, int64(r.I32(blY0)) + int64(r.I32(blVY))*age
 }
 
+// ballHot is a cannonball's flight as flyBalls reads it every tick, and
+// the ticks quiet..last over which the general tests are known to pass:
+// it is in flight (not past its lifetime), in the world, in this sector,
+// off every island (the grid's island bits are clear under it), and its
+// hit test sweeps one tick from where the previous one ended (after the
+// tick it was fired or arrived). Those tests depend only on the ball's
+// record, the tick and the sector's fixed geometry, so over quiet..last
+// flyBalls tests only for ships, with the same outcome.
+type ballHot struct {
+	x0, y0, vx, vy int32
+	spawn          uint64
+	quiet, last    uint64
+}
+
+// cacheBall fills hot[i] from ball i's record.
+func (s *Sector) cacheBall(i int) {
+	if i >= len(s.hot) {
+		s.hot = append(s.hot, make([]ballHot, max(i+1, s.balls.Slots())-len(s.hot))...)
+	}
+	r := s.balls.Row(i)
+	h := &s.hot[i]
+	*h = ballHot{x0: r.I32(blX0), y0: r.I32(blY0), vx: r.I32(blVX), vy: r.I32(blVY), spawn: r.U64(blSpawn)}
+	h.quiet = h.spawn + 1
+	if r.U64(blDeparted) != 0 {
+		h.quiet = max(h.quiet, r.U64(blArrived)+1)
+	}
+	end := h.spawn + uint64(r.U32(blLifetime))
+	h.last = h.quiet - 1
+	if h.quiet > end {
+		return
+	}
+	ok := func(t uint64) bool {
+		x, y := h.at(t)
+		return s.geo.inWorld(x, y) && s.bounds.Contains(x, y)
+	}
+	if !ok(h.quiet) {
+		return
+	}
+	// The ticks in the world and the sector are an interval (the flight
+	// is a straight line, the regions are boxes): the last one, by
+	// bisection between quiet (in) and end.
+	lo, hi := h.quiet, end
+	for lo < hi {
+		if mid := lo + (hi-lo+1)/2; ok(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	ax, ay := h.at(h.quiet)
+	bx, by := h.at(lo)
+	if s.grid.offIslands(min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)) {
+		h.last = lo
+		return
+	}
+	for t := h.quiet; t <= lo; t++ {
+		if x, y := h.at(t); s.grid.mayBeIsland(x, y) {
+			break
+		}
+		h.last = t
+	}
+}
+
+// at returns the ball's position at tick t (ballAt).
+func (h *ballHot) at(t uint64) (int64, int64) {
+	age := int64(t - h.spawn)
+	return int64(h.x0) + int64(h.vx)*age, int64(h.y0) + int64(h.vy)*age
+}
+
+// hotBall returns ball i's cache entry, nil if it has none (a ball put
+// into the table behind the sector's back; the general tests handle it).
+func (s *Sector) hotBall(i int) *ballHot {
+	if i < len(s.hot) {
+		return &s.hot[i]
+	}
+	return nil
+}
+
 // flight is a cannonball whose path since its last hit test touched ships:
 // s.touches[lo:hi], in their order along the path. continued says the
 // path starts where this sector's previous hit test of the ball ended.
@@ -654,6 +746,20 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 	t := s.tick
 	s.flights, s.touches = s.flights[:0], s.touches[:0]
 	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
+		if h := s.hotBall(i); h != nil && t >= h.quiet && t <= h.last {
+			x, y := h.at(t)
+			ax, ay := x-int64(h.vx), y-int64(h.vy)
+			if !s.grid.mayTouch(ax, ay, x, y) {
+				continue
+			}
+			r := s.balls.Row(i)
+			lo := len(s.touches)
+			s.touches = s.grid.touching(ax, ay, x, y, r.U64(blOwner), s.touches)
+			if len(s.touches) > lo {
+				s.flights = append(s.flights, flight{slot: int32(i), lo: int32(lo), hi: int32(len(s.touches)), id: r.U64(blID), spawn: h.spawn, continued: true})
+			}
+			continue
+		}
 		r := s.balls.Row(i)
 		spawn := r.U64(blSpawn)
 		if t < spawn || t-spawn > uint64(r.U32(blLifetime)) {
@@ -669,7 +775,7 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 			s.emigrateBall(i, s.geo.sectorAt(x, y))
 			continue
 		}
-		if s.splashes(x, y) {
+		if s.grid.mayBeIsland(x, y) && s.splashes(x, y) {
 			s.balls.Free(i)
 			continue
 		}
@@ -683,6 +789,9 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 			from, continued = max(from, spawn, t-min(t, MaxCatchUp)), false
 		}
 		ax, ay := ballAt(r, from)
+		if !s.grid.mayTouch(ax, ay, x, y) {
+			continue // no ship near the path: touching would find none
+		}
 		lo := len(s.touches)
 		s.touches = s.grid.touching(ax, ay, x, y, r.U64(blOwner), s.touches)
 		if len(s.touches) > lo {
@@ -850,6 +959,10 @@ func (s *Sector) Restored() error {
 		}
 	}
 	s.playerSlots = slots
+	s.hot = s.hot[:0]
+	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
+		s.cacheBall(i)
+	}
 	s.hash = s.set.Hash()
 	return nil
 }

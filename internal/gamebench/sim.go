@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"text/tabwriter"
@@ -41,6 +42,9 @@ type SimConfig struct {
 	// PNGPath, if set, receives the recovery and tick latency charts as a
 	// PNG.
 	PNGPath string
+	// ReplayProfile, if set, receives a CPU profile of the whole world's
+	// replay (phase 3, the four shards in parallel) for go tool pprof.
+	ReplayProfile string
 	Output
 }
 
@@ -53,7 +57,7 @@ func RunSim(ctx context.Context, cfg SimConfig, out io.Writer) error {
 	}
 	cfg.Output = cfg.Output.withDefaults()
 	opts := simOptions{ships: cfg.Ships, recoveryTarget: cfg.RecoveryTarget, dir: cfg.Dir,
-		log: cfg.Logger, prog: cfg.Progress}
+		log: cfg.Logger, prog: cfg.Progress, replayProfile: cfg.ReplayProfile}
 	opts.scale, opts.replayTicks, opts.window = 1, 3000, 15*time.Second
 	if cfg.Quick {
 		opts.scale, opts.replayTicks, opts.window = 20, 900, 5*time.Second
@@ -89,6 +93,9 @@ type simOptions struct {
 	window time.Duration
 	log    *slog.Logger
 	prog   io.Writer
+	// replayProfile is the path of the world replay's CPU profile ("":
+	// none).
+	replayProfile string
 }
 
 // simJSON is the machine-readable result (the keys are part of the
@@ -511,6 +518,17 @@ func (w *simWorld) measureReplay(ctx context.Context, res *simResults) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(w.replayFrom[1]))
 	first := end
+	if w.opts.replayProfile != "" {
+		f, err := os.Create(w.opts.replayProfile)
+		if err != nil {
+			return fmt.Errorf("replay profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("replay profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	t0 := time.Now()
 	shared = replay.NewVerifiedEntries(entries)
 	for i, r := range w.replayFrom[1] {

@@ -11,6 +11,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // forkMetaName is the metadata name under which a fork records its
@@ -19,6 +20,9 @@ const forkMetaName = "bsr.fork"
 
 // maxForkList bounds the players and positions a ForkInfo lists.
 const maxForkList = 1 << 16
+
+// maxSignerName bounds a ForkInfo's signer name.
+const maxSignerName = 1 << 10
 
 // ErrNoSuchPosition is returned by Fork for a position to drop that is not
 // one of the recorded log entries it re-simulates.
@@ -40,10 +44,19 @@ type ForkInfo struct {
 	AsBot          []uint32
 	// Removed counts the log entries removed.
 	Removed uint64
+	// Signer names the key that signed the fork's log checkpoints
+	// (ForkConfig.Signer); "" marks an unsigned fork.
+	Signer string
 }
 
+// appendForkInfo encodes fi: version 1, or 2 for a signed fork (the
+// signer's name follows the count).
 func appendForkInfo(b []byte, fi *ForkInfo) []byte {
-	b = append(b, 1) // version
+	version := byte(1)
+	if fi.Signer != "" {
+		version = 2
+	}
+	b = append(b, version)
 	b = binary.AppendUvarint(b, fi.At)
 	b = binary.AppendUvarint(b, fi.From)
 	b = binary.AppendUvarint(b, uint64(len(fi.Of)))
@@ -60,7 +73,12 @@ func appendForkInfo(b []byte, fi *ForkInfo) []byte {
 	for _, p := range fi.AsBot {
 		b = binary.AppendUvarint(b, uint64(p))
 	}
-	return binary.AppendUvarint(b, fi.Removed)
+	b = binary.AppendUvarint(b, fi.Removed)
+	if fi.Signer != "" {
+		b = binary.AppendUvarint(b, uint64(len(fi.Signer)))
+		b = append(b, fi.Signer...)
+	}
+	return b
 }
 
 // decodeForkInfo decodes what appendForkInfo wrote.
@@ -69,9 +87,10 @@ func decodeForkInfo(b []byte) (ForkInfo, error) {
 	bad := func(what string) (ForkInfo, error) {
 		return ForkInfo{}, fmt.Errorf("%w: fork info: %s", ErrCorrupt, what)
 	}
-	if len(b) == 0 || b[0] != 1 {
+	if len(b) == 0 || (b[0] != 1 && b[0] != 2) {
 		return bad("unknown version")
 	}
+	orig, version := b, b[0]
 	b = b[1:]
 	next := func() (uint64, bool) {
 		v, k := binary.Uvarint(b)
@@ -126,8 +145,17 @@ func decodeForkInfo(b []byte) (ForkInfo, error) {
 	if fi.Removed, ok = next(); !ok {
 		return bad("malformed count")
 	}
+	if version == 2 {
+		if n, ok = next(); !ok || n == 0 || n > uint64(len(b)) || n > maxSignerName {
+			return bad("malformed signer")
+		}
+		fi.Signer, b = string(b[:n]), b[n:]
+	}
 	if len(b) != 0 {
 		return bad("trailing bytes")
+	}
+	if string(appendForkInfo(nil, &fi)) != string(orig) {
+		return bad("not in canonical form") // overlong varints
 	}
 	return fi, nil
 }
@@ -172,6 +200,12 @@ type ForkConfig struct {
 	Bots map[uint32]Bot
 	// Of names the original in the fork's ForkInfo.
 	Of string
+	// Signer, if set, signs the fork's log checkpoints (RecordConfig.
+	// Signer): the fork is then verified with its verifier key, like a
+	// server's recording. Without it the fork is marked unsigned
+	// (ForkInfo.Signer ""). A fork's log is not the original's, so the
+	// original's signatures never cover it.
+	Signer note.Signer
 }
 
 // Bot plays one player in a fork: given the tick whose inputs are being
@@ -209,6 +243,12 @@ func Fork(ctx context.Context, cfg ForkConfig) (RecordStats, ForkInfo, error) {
 	if err != nil {
 		return RecordStats{}, ForkInfo{}, err
 	}
+	// The fencing state at the snapshot: the fork's runners must accept
+	// the outputs the original's accepted, and the fork's log no longer
+	// holds the claims before it (Record writes it into the fork).
+	if start.Fences, err = r.fencesAt(ctx, start.Pos); err != nil {
+		return RecordStats{}, ForkInfo{}, err
+	}
 	fi := ForkInfo{Of: cfg.Of, At: cfg.At, From: start.Tick,
 		WithoutPlayers: slices.Sorted(slices.Values(cfg.WithoutPlayers)), Dropped: slices.Sorted(slices.Values(cfg.Drop))}
 	for p := range cfg.Bots {
@@ -223,9 +263,12 @@ func Fork(ctx context.Context, cfg ForkConfig) (RecordStats, ForkInfo, error) {
 	if err != nil {
 		return RecordStats{}, ForkInfo{}, err
 	}
+	if cfg.Signer != nil {
+		fi.Signer = cfg.Signer.Name()
+	}
 	st, err := Record(ctx, RecordConfig{
 		Source: fs, Writer: cfg.Writer, Sims: sims, Start: start,
-		CommandKind: cfg.CommandKind, KindNames: cfg.KindNames, OnTick: fs.produced,
+		CommandKind: cfg.CommandKind, KindNames: cfg.KindNames, OnTick: fs.produced, Signer: cfg.Signer,
 	})
 	if err != nil {
 		return st, fi, fmt.Errorf("bsr: fork: %w", err)
@@ -353,6 +396,11 @@ type forkSource struct {
 	sims    []replay.TableSim
 	removed uint64
 
+	// fences follows the lease claims of the log as the fork's runners
+	// read it: the fork's outputs carry their shard's current epoch, and
+	// the recorded outputs the runners ignore as stale stay as they are.
+	fences   fenceEpochs
+	epochSeq map[uint32][2]uint64    // per shard: the epoch of its last fenced output and its count in that epoch
 	byTick   bool                    // the recorded migrations do not say their shard: key by tick alone
 	recorded map[outKey]int          // recorded migrations of each shard's tick (after from)
 	slot     map[outKey]int          // recorded migrations of each met so far
@@ -371,12 +419,14 @@ func newForkSource(ctx context.Context, r *Reader, start replay.Checkpoint, cfg 
 		players: append(slices.Clone(fi.WithoutPlayers), fi.AsBot...), drop: fi.Dropped, bots: fi.AsBot,
 		botFns: cfg.Bots, sims: sims, recorded: map[outKey]int{}, slot: map[outKey]int{}, outs: map[outKey][]forkOutput{},
 		seq: make([]uint64, r.h.Shards), botDone: cfg.At - 1,
+		fences: fenceEpochsOf(start.Fences), epochSeq: map[uint32][2]uint64{},
 	}
 	slices.Sort(f.players)
 	f.players = slices.Compact(f.players)
 	// Count the recorded migrations of every shard's tick after the
 	// snapshot: they say where the fork's own go.
 	scan := r.newEntrySource(start.Pos, ^uint64(0))
+	fences := fenceEpochsOf(start.Fences)
 	for {
 		e, err := scan.Next(ctx)
 		if errors.Is(err, replay.ErrEndOfLog) {
@@ -385,7 +435,7 @@ func newForkSource(ctx context.Context, r *Reader, start replay.Checkpoint, cfg 
 		if err != nil {
 			return nil, fmt.Errorf("bsr: fork: %w", err)
 		}
-		if k, ok := f.migrationKey(e); ok {
+		if k, ok := f.migrationKey(e, fences); ok {
 			f.recorded[k]++
 		} else if f.isLaterMigration(e) {
 			f.byTick = true
@@ -397,6 +447,7 @@ func newForkSource(ctx context.Context, r *Reader, start replay.Checkpoint, cfg 
 		// tick's recorded ones.
 		clear(f.recorded)
 		scan = r.newEntrySource(start.Pos, ^uint64(0))
+		fences = fenceEpochsOf(start.Fences)
 		for {
 			e, err := scan.Next(ctx)
 			if errors.Is(err, replay.ErrEndOfLog) {
@@ -405,7 +456,7 @@ func newForkSource(ctx context.Context, r *Reader, start replay.Checkpoint, cfg 
 			if err != nil {
 				return nil, fmt.Errorf("bsr: fork: %w", err)
 			}
-			if k, ok := f.migrationKey(e); ok {
+			if k, ok := f.migrationKey(e, fences); ok {
 				f.recorded[k]++
 			}
 		}
@@ -422,10 +473,16 @@ func (f *forkSource) isLaterMigration(e msg.Entry) bool {
 
 // migrationKey returns the shard and tick that produced a recorded
 // migration of a tick after the snapshot (the tick alone, shard
-// BroadcastShard, in byTick mode).
-func (f *forkSource) migrationKey(e msg.Entry) (outKey, bool) {
+// BroadcastShard, in byTick mode). fences follows the log up to e (it
+// reads e if e is a lease claim): a migration the runners ignore as stale
+// is not one (the fork keeps it as it is, ignored likewise).
+func (f *forkSource) migrationKey(e msg.Entry, fences fenceEpochs) (outKey, bool) {
 	env, err := wire.DecodeEnvelope(e.Record.Data)
-	if err != nil || env.Kind != wire.EnvelopeMigration || env.Tick <= f.from {
+	if err != nil {
+		return outKey{}, false
+	}
+	fences.read(&env)
+	if env.Kind != wire.EnvelopeMigration || env.Tick <= f.from || replay.StaleOutput(&env, e.Record.ID.Client, fences.epoch) {
 		return outKey{}, false
 	}
 	if f.byTick {
@@ -471,9 +528,24 @@ func (f *forkSource) emitOutput(k outKey, pos uint64) bool {
 	}
 	o := q[0]
 	f.seq[o.shard]++
-	data := wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeMigration, Tick: k.tick, Shard: replay.BroadcastShard,
-		ClientSeq: f.seq[o.shard], Payload: o.payload})
-	f.queue = append(f.queue, msg.Entry{Pos: pos, Record: msg.Record{ID: msg.RecordID{Client: replay.OutputClientID(f.world, o.shard), Seq: f.seq[o.shard]}, Data: data}})
+	env := wire.Envelope{Kind: wire.EnvelopeMigration, Tick: k.tick, Shard: replay.BroadcastShard,
+		ClientSeq: f.seq[o.shard], Payload: o.payload}
+	id := msg.RecordID{Client: replay.OutputClientID(f.world, o.shard), Seq: f.seq[o.shard]}
+	if epoch := f.fences[o.shard]; epoch != 0 {
+		// The shard is fenced here: its output carries the epoch of its
+		// newest claim, as its worker's would, under that epoch's client
+		// id, counted from 1 within the epoch.
+		es := f.epochSeq[o.shard]
+		if es[0] != epoch {
+			es = [2]uint64{epoch, 0}
+		}
+		es[1]++
+		f.epochSeq[o.shard] = es
+		env.Epoch, env.Source = epoch, o.shard
+		id = msg.RecordID{Client: replay.FencedOutputClientID(f.world, o.shard, epoch), Seq: es[1]}
+	}
+	data := wire.EncodeEnvelope(nil, env)
+	f.queue = append(f.queue, msg.Entry{Pos: pos, Record: msg.Record{ID: id, Data: data}})
 	if f.outs[k] = q[1:]; len(f.outs[k]) == 0 {
 		delete(f.outs, k)
 	}
@@ -518,7 +590,7 @@ func (f *forkSource) Next(ctx context.Context) (msg.Entry, error) {
 			f.queue = append(f.queue, e)
 			break
 		}
-		if k, ok := f.migrationKey(e); ok {
+		if k, ok := f.migrationKey(e, f.fences); ok {
 			// The recorded k-th output of a shard's tick: the fork's k-th
 			// takes its place (and after the last, the fork's extra).
 			f.slot[k]++

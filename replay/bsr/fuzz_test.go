@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/snapshot"
 )
 
 // fuzzRecording returns a small valid recording of l's first ticks, for
@@ -158,7 +159,14 @@ func FuzzDecodeForkMeta(f *testing.F) {
 	f.Add(appendForkInfo(nil, &ForkInfo{Of: "m.bsr", At: 300, From: 255, WithoutPlayers: []uint32{2}, Dropped: []uint64{9, 12}, AsBot: []uint32{4}, Removed: 7}))
 	f.Add(appendLayout(nil, map[uint32][]int{3: {0, 8, 12, 16}, 5: {0, 4}}))
 	f.Add([]byte{1, 0})
+	f.Add(appendForkInfo(nil, &ForkInfo{Of: "m.bsr", At: 300, From: 255, AsBot: []uint32{4}, Removed: 7, Signer: "analyst"}))
+	f.Add(appendFences(nil, []snapshot.Fence{{Shard: 0, Epoch: 1}, {Shard: 1, Epoch: 2}, {Shard: 3, Epoch: 1 << 40}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if fs, err := decodeFences(b, 4); err == nil {
+			if again := appendFences(nil, fs); string(again) != string(b) {
+				t.Fatalf("fences %+v re-encode differently", fs)
+			}
+		}
 		if fi, err := decodeForkInfo(b); err == nil {
 			if again := appendForkInfo(nil, &fi); string(again) != string(b) {
 				t.Fatalf("fork info %+v re-encodes differently", fi)

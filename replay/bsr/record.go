@@ -313,6 +313,13 @@ func (r *recorder) startRecording(cp replay.Checkpoint) error {
 	if err := r.writeTreeBase(cp); err != nil {
 		return err
 	}
+	if fs := fenceEpochsOf(cps[0].Fences).list(); len(fs) > 0 && cp.Tick > 0 {
+		// A recording that starts after lease claims keeps the epochs
+		// they set (BaseFences): its log no longer holds them.
+		if err := r.w.WriteMeta(fenceMetaName, appendFences(nil, fs)); err != nil {
+			return err
+		}
+	}
 	if err := r.trackFields(); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/table"
 )
 
@@ -45,6 +46,8 @@ type Seeker struct {
 	par    int
 	last   SeekStats
 	quiet  *slog.Logger
+	// fences is the fencing state at the base (BaseFences).
+	fences []snapshot.Fence
 }
 
 type seekShard struct {
@@ -67,6 +70,10 @@ func NewSeeker(r *Reader, newSim func(shard uint32) (replay.TableSim, error)) (*
 	}
 	s := &Seeker{r: r, newSim: newSim, par: max(1, min(runtime.GOMAXPROCS(0), int(r.h.Shards))),
 		quiet: slog.New(slog.DiscardHandler)}
+	var err error
+	if s.fences, err = r.BaseFences(); err != nil {
+		return nil, err
+	}
 	for i := range r.h.Shards {
 		sim, err := newSim(i)
 		if err != nil {
@@ -314,9 +321,13 @@ func (s *Seeker) replay(sh *seekShard, tick, marked, pos uint64) error {
 	if marked > sh.tick {
 		if sh.runner == nil {
 			sh.src = s.r.newEntrySource(sh.pos, pos)
+			start := replay.Checkpoint{Tick: sh.tick, Pos: sh.pos}
+			if sh.pos == s.r.basePos {
+				start.Fences = s.fences
+			}
 			run, err := replay.NewRunner(replay.RunnerConfig{
 				World: s.r.h.World, Shard: sh.id, Sim: sh.sim, Source: sh.src,
-				Start: replay.Checkpoint{Tick: sh.tick, Pos: sh.pos}, HistoryTicks: 8, Logger: s.quiet,
+				Start: start, HistoryTicks: 8, Logger: s.quiet,
 			})
 			if err != nil {
 				return fmt.Errorf("bsr: shard %d: %w", sh.id, err)

@@ -329,6 +329,14 @@ func openCheckpoint(raw []byte, c *chunkRef, v note.Verifier) (Checkpoint, error
 	} else {
 		n, err := note.Open(raw, note.VerifierList(v))
 		if err != nil {
+			var une *note.UnverifiedNoteError
+			if errors.As(err, &une) && len(une.Note.UnverifiedSigs) > 0 {
+				var by []string
+				for _, sig := range une.Note.UnverifiedSigs {
+					by = append(by, sig.Name)
+				}
+				return Checkpoint{}, fmt.Errorf("%w: %s: not signed by %s (signed by %s)", ErrSignature, c.describe(), v.Name(), strings.Join(by, ", "))
+			}
 			return Checkpoint{}, fmt.Errorf("%w: %s: %v", ErrSignature, c.describe(), err)
 		}
 		text = n.Text
@@ -409,8 +417,12 @@ func VerifySigned(r *Reader, v note.Verifier) (SignedResult, error) {
 			cps = append(cps, *c)
 		}
 	}
+	fi, isFork, _ := r.Fork()
 	if base == nil {
-		return fail("the recording is not signed (no tree chunk)")
+		if isFork {
+			return fail("not signed by %s: an unsigned fork of %s (at tick %d; 'replay fork --key' signs a fork)", v.Name(), fi.Of, fi.At)
+		}
+		return fail("not signed by %s: the recording is not signed (no tree chunk)", v.Name())
 	}
 	if base.First != r.base || base.Aux1 != r.basePos {
 		return fail("tree base at tick %d position %d, recording base at tick %d position %d", base.First, base.Aux1, r.base, r.basePos)

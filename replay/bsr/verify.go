@@ -231,9 +231,13 @@ func verifyShard(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tab
 	var div *VerifyResult
 	var locErr error
 	src := r.newEntrySource(r.basePos, r.basePos)
+	start, err := r.baseCheckpoint()
+	if err != nil {
+		return out, err
+	}
 	run, err := replay.NewRunner(replay.RunnerConfig{
 		World: r.h.World, Shard: shard, Sim: sim, Source: src,
-		Start: replay.Checkpoint{Tick: r.base, Pos: r.basePos}, HistoryTicks: 8,
+		Start: start, HistoryTicks: 8,
 		Logger: slog.New(slog.DiscardHandler),
 		Observer: func(info replay.TickInfo) {
 			i := info.Tick - segStart - 1
@@ -470,7 +474,10 @@ func rerunTwice(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tabl
 	if err != nil {
 		return err
 	}
-	start := replay.Checkpoint{Tick: r.base, Pos: r.basePos}
+	start, err := r.baseCheckpoint()
+	if err != nil {
+		return err
+	}
 	k := -1
 	for i, c := range r.snaps[d.Shard] {
 		if c.First < d.FirstTick && c.First >= r.base {
@@ -492,6 +499,9 @@ func rerunTwice(ctx context.Context, r *Reader, newSim func(uint32) (replay.Tabl
 				return err
 			}
 			start = replay.Checkpoint{Tick: tip.First, Pos: tip.Aux1}
+			if start.Fences, err = r.fencesAt(ctx, start.Pos); err != nil {
+				return err
+			}
 		} else if r.base > 0 {
 			return nil // the base snapshot is the only state: nothing before it to start from
 		}

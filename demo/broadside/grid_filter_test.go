@@ -1,0 +1,110 @@
+package broadside
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestGridPrefilters: the grid's bit prefilters never rule out what the
+// exact tests would find. A path mayTouch rules out touches no ship
+// (checked against every ship, brute force, and against touching); a
+// point mayBeIsland rules out is on no island; a box offIslands rules
+// out holds no point mayBeIsland accepts; a point mayBeNearIsland rules
+// out is inside none of the inflated islands islandsNear lists. Paths and ships straddle the
+// grid's edges, where cells are clamped.
+func TestGridPrefilters(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	r := Rect{X0: 1_000_000, Y0: 500_000, X1: 5_000_000, Y1: 3_000_000}
+	const margin = 46_000
+	coord := func(lo, hi int32) int64 { return int64(lo) - 200_000 + rng.Int64N(int64(hi-lo)+400_000) }
+	var filtered, touched, islandsRuled int
+	for round := range 20 {
+		var islands []Island
+		for range rng.IntN(12) {
+			islands = append(islands, Island{X: int32(coord(r.X0, r.X1)), Y: int32(coord(r.Y0, r.Y1)), Radius: int32(20_000 + rng.IntN(200_000))})
+		}
+		g := newGrid(r, margin, islands)
+		g.reset()
+		type ship struct{ x, y int64 }
+		var ships []ship
+		for i := range rng.IntN(300) {
+			s := ship{coord(r.X0, r.X1), coord(r.Y0, r.Y1)}
+			// Some ships in clusters, so that paths meet them often.
+			if i > 0 && rng.IntN(3) == 0 {
+				s = ship{ships[i-1].x + rng.Int64N(60_000) - 30_000, ships[i-1].y + rng.Int64N(60_000) - 30_000}
+			}
+			ships = append(ships, s)
+			g.add(i, int32(s.x), int32(s.y), uint64(i+1), rng.IntN(4) == 0)
+		}
+		g.place()
+		for k := range 4000 {
+			ax, ay := coord(r.X0, r.X1), coord(r.Y0, r.Y1)
+			if k%2 == 0 && len(ships) > 0 { // start near a ship
+				s := ships[rng.IntN(len(ships))]
+				ax, ay = s.x+rng.Int64N(80_000)-40_000, s.y+rng.Int64N(80_000)-40_000
+			}
+			l := rng.Int64N(6_000)
+			if k%7 == 0 {
+				l = rng.Int64N(400_000) // a catch-up sweep
+			}
+			bx, by := ax+rng.Int64N(2*l+1)-l, ay+rng.Int64N(2*l+1)-l
+			brute := 0
+			for _, s := range ships {
+				if _, ok := segmentContact(ax, ay, bx, by, s.x, s.y, ShipRadius); ok {
+					brute++
+				}
+			}
+			got := len(g.touching(ax, ay, bx, by, 0, nil))
+			if got != brute {
+				t.Fatalf("round %d: touching found %d ships, brute force %d", round, got, brute)
+			}
+			if !g.mayTouch(ax, ay, bx, by) {
+				filtered++
+				if brute != 0 {
+					t.Fatalf("round %d: mayTouch(%d,%d→%d,%d) false but the path touches %d ships", round, ax, ay, bx, by, brute)
+				}
+			} else if brute > 0 {
+				touched++
+			}
+			// Grounding, for points anywhere.
+			if !g.mayBeNearIsland(ax, ay) {
+				for _, k := range g.islandsNear(ax, ay) {
+					is := islands[k]
+					dx, dy, rr := ax-int64(is.X), ay-int64(is.Y), int64(is.Radius)+ShipRadius
+					if dx*dx+dy*dy < rr*rr {
+						t.Fatalf("round %d: mayBeNearIsland(%d,%d) false but island %d is near", round, ax, ay, k)
+					}
+				}
+			}
+			// Islands, for points of the grid's area.
+			px, py := ax, ay
+			if px < g.x0 || py < g.y0 || px >= g.x0+int64(g.fnx)<<g.fshift || py >= g.y0+int64(g.fny)<<g.fshift {
+				continue
+			}
+			on := false
+			for _, is := range islands {
+				dx, dy, rr := px-int64(is.X), py-int64(is.Y), int64(is.Radius)
+				on = on || dx*dx+dy*dy < rr*rr
+			}
+			if !g.mayBeIsland(px, py) {
+				islandsRuled++
+				if on {
+					t.Fatalf("round %d: mayBeIsland(%d,%d) false on an island", round, px, py)
+				}
+			}
+			qx, qy := px+rng.Int64N(300_000), py+rng.Int64N(300_000)
+			if g.offIslands(px, py, qx, qy) {
+				for range 50 {
+					x, y := px+rng.Int64N(qx-px+1), py+rng.Int64N(qy-py+1)
+					if g.mayBeIsland(x, y) {
+						t.Fatalf("round %d: offIslands(%d,%d..%d,%d) but (%d,%d) may be on an island", round, px, py, qx, qy, x, y)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("paths ruled out %d, paths touching ships %d, points ruled off islands %d", filtered, touched, islandsRuled)
+	if filtered == 0 || touched == 0 || islandsRuled == 0 {
+		t.Fatal("the test exercised too little")
+	}
+}

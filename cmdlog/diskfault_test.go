@@ -47,6 +47,12 @@ func TestDiskFaultWithholdsAcknowledgements(t *testing.T) {
 	lc, err := StartLocal(context.Background(), LocalConfig{
 		Coordinator: &testCoord{}, Network: node.NewLocalNet(), Durability: seq.Fsync, Logger: quiet,
 		Timing: node.Timing{Tick: 2 * time.Millisecond}, Health: &health,
+		// A replica whose WAL fails stalls its loop in the retries; on a
+		// loaded machine the default 40 ms of silence then suspects it, and
+		// a view change started while a shard's disk fails cannot flush
+		// until it recovers. This test is about acknowledgements, not view
+		// changes: 1 s of silence before a suspicion.
+		Core: seq.Config{SuspectTicks: 500},
 		NewStorage: func(id msg.NodeID) (shard.Storage, error) {
 			shardDisk[id] = diskFault(syscall.EIO)
 			return shardstore.Open("shard", shardstore.Options{FS: errorfs.Wrap(vfs.NewMem(), shardDisk[id]), Logger: quiet})

@@ -103,24 +103,3 @@ func checkDecodeRange(t *testing.T, data []byte) {
 		_, _ = ix.Frame(r.FirstTick)
 	}
 }
-
-// FuzzDecodeRangeInfo: a range description from a shared store decodes
-// to what was encoded, or fails with ErrCorrupt; never a panic.
-func FuzzDecodeRangeInfo(f *testing.F) {
-	f.Add(EncodeRangeInfo(RangeInfo{Shard: 2, FirstTick: 128, LastTick: 255, FirstPos: 1000, LastPos: 1127, Inputs: 128, Events: 128, Bytes: 4000}))
-	f.Add(EncodeRangeInfo(RangeInfo{}))
-	f.Add([]byte{1, 2, 3})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		info, err := DecodeRangeInfo(b)
-		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("error %v does not wrap ErrCorrupt", err)
-			}
-			return
-		}
-		again, err := DecodeRangeInfo(EncodeRangeInfo(info))
-		if err != nil || again != info {
-			t.Fatalf("round trip: %+v -> %+v, %v", info, again, err)
-		}
-	})
-}

@@ -1,3 +1,5 @@
+//go:build !js
+
 package lineage
 
 // EncodeRangeInfo encodes info, its shard and first tick included and

@@ -21,18 +21,19 @@ import (
 
 // logdFlags are the flags of 'broadside logd'.
 type logdFlags struct {
-	cf           clusterFlags
-	role         string
-	id           uint32
-	listen       string
-	dataDir      string
-	durability   string
-	embeddedNATS string
-	metricsAddr  string
-	suspect      int
-	shardStore   string
-	shardReps    int
-	coordReps    int
+	cf            clusterFlags
+	role          string
+	id            uint32
+	listen        string
+	dataDir       string
+	durability    string
+	embeddedNATS  string
+	metricsAddr   string
+	suspect       int
+	noCrashDetect bool
+	shardStore    string
+	shardReps     int
+	coordReps     int
 }
 
 // natsFlags are the credentials and TLS of a node's NATS connections (the
@@ -126,6 +127,7 @@ for every NATS connection of the node.`,
 	f.StringVar(&o.embeddedNATS, "embedded-nats", "", "start a nats-server in this process on HOST:PORT and use it as the coordinator")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /debug/pprof on this address")
 	f.IntVar(&o.suspect, "suspect-ticks", 20, "ticks of silence before a peer is considered failed")
+	f.BoolVar(&o.noCrashDetect, "no-crash-detect", false, "do not hold TCP liveness connections to the other sequencing replicas (on the TCP port numbered like each one's UDP port): a peer's crash is then noticed only after --suspect-ticks of silence")
 	f.StringVar(&o.shardStore, "shard-store", "pebble", "where a shard keeps its entries: pebble (local, under --data) or jetstream (a NATS JetStream stream)")
 	f.IntVar(&o.shardReps, "shard-replicas", 3, "replicas of the shard's JetStream stream when this node creates it (--shard-store jetstream)")
 	f.IntVar(&o.coordReps, "coord-replicas", 1, "replicas of the view coordinator's KV bucket when this node creates it (3 on a NATS cluster)")
@@ -178,7 +180,7 @@ func runLogd(ctx context.Context, o logdFlags) error {
 		Role: logd.Role(o.role), ID: self, Peers: peers, StripeUnit: o.cf.stripeUnit, Listen: o.listen, DataDir: o.dataDir,
 		ServerTLS: server, ClientTLS: client, CoordURL: o.cf.coordURL, EmbeddedNATS: o.embeddedNATS,
 		ClusterName: o.cf.clusterName, CoordReplicas: o.coordReps, NATS: connOpts,
-		Durability: d, SuspectTicks: o.suspect, Tick: o.cf.tick, ShardStore: o.shardStore, ShardReplicas: o.shardReps,
+		NoCrashDetect: o.noCrashDetect, Durability: d, SuspectTicks: o.suspect, Tick: o.cf.tick, ShardStore: o.shardStore, ShardReplicas: o.shardReps,
 		Registry: reg, Logger: log,
 	})
 }

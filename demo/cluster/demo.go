@@ -46,7 +46,7 @@ func Demo(ctx context.Context, o DemoOptions) (Report, error) {
 	fmt.Fprintf(out, "  3 NATS servers (broadside nats: user, password, TLS; R3 buckets), 3 sequencing replicas and 2 shards (broadside logd),\n")
 	fmt.Fprintf(out, "  3 sector workers (broadside sector; w3 --standby) and 2 front ends (broadside serve --world), %d bots split across them\n", or(o.Bots, 12))
 	start := time.Now()
-	c, err := Start(ctx, Config{Dir: dir, Command: func(args ...string) *exec.Cmd { return exec.Command(o.Executable, args...) }})
+	c, err := Start(ctx, Config{Dir: dir, Command: func(args ...string) *exec.Cmd { return orphanProof(exec.Command(o.Executable, args...)) }})
 	if err != nil {
 		return Report{}, fmt.Errorf("%w (the processes' logs are in %s)", err, dir)
 	}

@@ -135,7 +135,7 @@ func (f fenceEpochs) list() []snapshot.Fence {
 }
 
 // fencesAt returns the fencing state after log position pos: the base's,
-// then the lease claims of the recorded log up to pos.
+// then the lease claims of the recorded log up to pos (claimIndex).
 func (r *Reader) fencesAt(ctx context.Context, pos uint64) ([]snapshot.Fence, error) {
 	base, err := r.BaseFences()
 	if err != nil {
@@ -143,21 +143,62 @@ func (r *Reader) fencesAt(ctx context.Context, pos uint64) ([]snapshot.Fence, er
 	}
 	f := fenceEpochsOf(base)
 	if pos > r.basePos {
-		src := r.newEntrySource(r.basePos, pos)
-		for {
-			e, err := src.Next(ctx)
-			if errors.Is(err, replay.ErrEndOfLog) {
+		claims, err := r.claimsTo(ctx, pos)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range claims {
+			if c.pos > pos {
 				break
 			}
-			if err != nil {
-				return nil, err
-			}
-			if env, err := wire.DecodeEnvelope(e.Record.Data); err == nil {
-				f.read(&env)
+			if c.epoch > f[c.shard] {
+				f[c.shard] = c.epoch
 			}
 		}
 	}
 	return f.list(), nil
+}
+
+// claimAt is a lease claim of the recorded log: its position, shard and
+// epoch.
+type claimAt struct {
+	pos   uint64
+	shard uint32
+	epoch uint64
+}
+
+// claimsTo returns the lease claims of the recorded log after the base, in
+// log order, at least those up to position pos. The recording keeps no
+// index of them (its log is the only word on which claims were made, and
+// an index could disagree with it), so the reader reads the command chunks
+// once, as far as a caller has needed, and keeps what it found. A seek
+// from a snapshot inside a fenced recording needs the claims before it, or
+// it would take the outputs of an owner fenced out since the base for
+// current, and drop its successor's.
+func (r *Reader) claimsTo(ctx context.Context, pos uint64) ([]claimAt, error) {
+	r.claimsMu.Lock()
+	defer r.claimsMu.Unlock()
+	if r.claimsPos < r.basePos {
+		r.claimsPos = r.basePos
+	}
+	if pos <= r.claimsPos {
+		return r.claims, nil
+	}
+	src := r.newEntrySource(r.claimsPos, pos)
+	for {
+		e, err := src.Next(ctx)
+		if errors.Is(err, replay.ErrEndOfLog) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if env, err := wire.DecodeEnvelope(e.Record.Data); err == nil && replay.IsLeaseClaim(&env) {
+			r.claims = append(r.claims, claimAt{pos: e.Pos, shard: env.Shard, epoch: env.Epoch})
+		}
+	}
+	r.claimsPos = pos
+	return r.claims, nil
 }
 
 // Entries returns the recorded log entries after the base, to read (not

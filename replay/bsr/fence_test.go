@@ -224,3 +224,39 @@ func TestForkFencedRecording(t *testing.T) {
 		t.Fatal("the fork without player 3 never differs from the original")
 	}
 }
+
+// TestSeekInsideFencedRecording seeks cold to ticks after each failover of
+// a fenced match, so that the seek starts from a snapshot inside the
+// recording (after claims its base does not hold), and expects every
+// sector's hash to be the one the match stepped: a seek that ignored the
+// claims since the base would take the fenced-out owner's outputs for
+// current, or drop its successor's.
+func TestSeekInsideFencedRecording(t *testing.T) {
+	m := playFencedMatch(t, smallWorld(3), 24, 420, 5, map[uint64]uint32{120: 1, 260: 2})
+	path, _ := record(t, m, nil, bsr.RecordConfig{Snapshots: bsr.SnapshotPolicy{FullEvery: 50}}, nil)
+	r := open(t, path)
+	seeks, fromInside := 0, 0
+	for tick := uint64(125); tick <= m.ticks; tick += 9 {
+		sk, err := bsr.NewSeeker(r, m.newSim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sk.Seek(tick); err != nil {
+			t.Fatalf("seek to tick %d: %v", tick, err)
+		}
+		st := sk.LastSeek()
+		for s, sim := range sk.Sims() {
+			if h := sim.Hash(); h != m.hashes[tick][s] {
+				t.Fatalf("seek to tick %d: sector %d hash %#x, the match stepped %#x (%+v)", tick, s, h, m.hashes[tick][s], st)
+			}
+		}
+		seeks++
+		if st.Restored > 0 {
+			fromInside++
+		}
+	}
+	if fromInside == 0 {
+		t.Fatalf("none of %d seeks started from a snapshot inside the recording", seeks)
+	}
+	t.Logf("%d cold seeks after the failovers, %d from a snapshot inside the recording", seeks, fromInside)
+}

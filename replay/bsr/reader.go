@@ -71,6 +71,10 @@ type Reader struct {
 	lru         *list.List
 	cacheBytes  int // decoded bytes held by the cache
 	cacheBudget int // bound on cacheBytes (CacheBytes; tests lower it)
+
+	claimsMu  sync.Mutex
+	claims    []claimAt // the lease claims after the base, up to claimsPos (claimsTo)
+	claimsPos uint64
 }
 
 // cached is a decoded chunk in the reader's cache.

@@ -324,6 +324,14 @@ func (s *Seeker) replay(sh *seekShard, tick, marked, pos uint64) error {
 			start := replay.Checkpoint{Tick: sh.tick, Pos: sh.pos}
 			if sh.pos == s.r.basePos {
 				start.Fences = s.fences
+			} else {
+				// From a snapshot (or a gap) inside the recording: the
+				// claims made since the base fence older owners out.
+				fs, err := s.r.fencesAt(context.Background(), sh.pos)
+				if err != nil {
+					return fmt.Errorf("bsr: shard %d: %w", sh.id, err)
+				}
+				start.Fences = fs
 			}
 			run, err := replay.NewRunner(replay.RunnerConfig{
 				World: s.r.h.World, Shard: sh.id, Sim: sh.sim, Source: sh.src,

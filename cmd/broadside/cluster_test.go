@@ -37,8 +37,11 @@ func TestClusterRealProcesses(t *testing.T) {
 	defer cancel()
 	// BROADSIDE_CLUSTER_KILL_TICKER=1: only the workers tick, and the
 	// SIGKILLed and SIGSTOPped workers are the Ticker's holder each time.
+	// BROADSIDE_CLUSTER_TICKER_GRACE sets the workers' --ticker-grace
+	// ("-1ms": no bridging, to compare).
 	killTicker := os.Getenv("BROADSIDE_CLUSTER_KILL_TICKER") != ""
 	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, LogTick: faultsTick, SuspectTicks: faultsSuspect, WorkersTick: killTicker,
+		TickerGrace: os.Getenv("BROADSIDE_CLUSTER_TICKER_GRACE"),
 		Command: func(args ...string) *exec.Cmd {
 			cmd := exec.Command(os.Args[0], args...)
 			cmd.Env = append(os.Environ(), "BROADSIDE_TEST_MAIN=1")

@@ -62,6 +62,9 @@ type Config struct {
 	// run without --ticker (so that a worker's failure is the Ticker
 	// holder's, with Options.KillTicker).
 	WorkersTick bool
+	// TickerGrace, if set, is the workers' --ticker-grace ("-1ms": no
+	// bridging, to compare).
+	TickerGrace string
 }
 
 // The fixed names of the processes.
@@ -261,6 +264,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	for i := range cfg.Workers {
 		w := fmt.Sprintf("w%d", i+1)
 		args := append([]string{"sector", "--nats", c.NATSURL, "--replicas", "3", "--worker", w, "--ticker"}, c.game...)
+		if cfg.TickerGrace != "" {
+			args = append(args, "--ticker-grace", cfg.TickerGrace)
+		}
 		if i == cfg.Workers-1 && cfg.Workers > 1 {
 			args = append(args, "--standby") // its takeovers start from hot copies
 		}

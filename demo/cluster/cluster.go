@@ -265,7 +265,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		w := fmt.Sprintf("w%d", i+1)
 		args := append([]string{"sector", "--nats", c.NATSURL, "--replicas", "3", "--worker", w, "--ticker"}, c.game...)
 		if cfg.TickerGrace != "" {
-			args = append(args, "--ticker-grace", cfg.TickerGrace)
+			args = append(args, "--ticker-grace="+cfg.TickerGrace)
 		}
 		if i == cfg.Workers-1 && cfg.Workers > 1 {
 			args = append(args, "--standby") // its takeovers start from hot copies

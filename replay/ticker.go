@@ -274,12 +274,16 @@ func (t *Ticker) appendTick(ctx context.Context, n uint64) error {
 // FindLastTick returns the last tick marker of world in the log (0 if there
 // is none), reading back from the tail in windows.
 func FindLastTick(ctx context.Context, log TickLog, world uint32) (uint64, error) {
+	return findLastTick(ctx, log, world, 512)
+}
+
+// findLastTick is FindLastTick reading windows of window entries.
+func findLastTick(ctx context.Context, log TickLog, world uint32, window uint64) (uint64, error) {
 	id := TickerClientID(world)
 	tail, err := log.CheckTail(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("find last tick: tail: %w", err)
 	}
-	const window = 512
 	for hi := tail; hi >= 1; {
 		lo := hi - min(hi-1, window-1)
 		var best uint64

@@ -154,22 +154,36 @@ func (s *Standby) StandDown() {
 
 // Lead ends the running bridge: this process holds the lease now, and its
 // Ticker appends the markers. It returns where that Ticker goes on: the
-// tick after every one seen or bridged, and when it is due on the
-// holder's schedule (ok false: no schedule is known; the Ticker then finds
-// the last tick in the log). The standby bridges no more until Follow.
-func (s *Standby) Lead() (next uint64, due time.Time, ok bool) {
+// tick after every one seen, bridged or in the log, due on the holder's
+// schedule if the log holds no later marker than the standby saw (else
+// at once: its observations lagged). ok is false when no schedule is
+// known or the log could not be read; the Ticker then finds the last
+// tick in the log itself. The standby bridges no more until Follow.
+func (s *Standby) Lead(ctx context.Context) (next uint64, due time.Time, ok bool) {
 	s.mu.Lock()
 	s.leading = true
 	b := s.bridge
 	s.mu.Unlock()
 	s.stopBridge(b)
+	inLog, err := s.lastInLog(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.observed < standbyMinObserved {
+	if err != nil || s.observed < standbyMinObserved {
 		return 0, time.Time{}, false
 	}
 	next = max(s.last, s.issued) + 1
+	if inLog >= next {
+		return inLog + 1, s.cfg.Clock.Now(), true
+	}
 	return next, s.due(next), true
+}
+
+// lastInLog returns the last tick marker in the log, reading back from
+// its tail in small windows (markers are dense there).
+func (s *Standby) lastInLog(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, 4*s.cfg.Grace))
+	defer cancel()
+	return findLastTick(ctx, s.cfg.Log, s.cfg.World, 64)
 }
 
 // Follow makes the standby watch again after this process's Ticker
@@ -235,6 +249,9 @@ func (s *Standby) Run(ctx context.Context) error {
 			}
 			if wait := overdue.Sub(now); wait > 0 {
 				timer = s.cfg.Clock.After(wait)
+			} else if !s.confirmOverdue(ctx) {
+				s.mu.Unlock()
+				continue // the schedule moved on: wait again
 			} else {
 				from = max(s.last, s.issued) + 1
 				started = s.startBridge(ctx, from)
@@ -269,6 +286,31 @@ func (s *Standby) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// confirmOverdue reads the log's last marker before a bridge starts
+// (s.mu held; released meanwhile): if the log holds a later one than
+// this standby saw, its observations lagged (its runners are behind, say)
+// and the holder is ticking: that marker counts as arriving now, and no
+// bridge starts. So a bridge never appends a marker the log holds
+// already, and a standby that sees the log late never bridges behind it.
+func (s *Standby) confirmOverdue(ctx context.Context) bool {
+	last := s.last
+	s.mu.Unlock()
+	inLog, err := s.lastInLog(ctx)
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	switch {
+	case err != nil:
+		s.quiet = now.Add(s.cfg.Grace) // the log is not answering: a grace later
+		return false
+	case inLog > s.last:
+		s.last, s.lastAt = inLog, now
+		return false
+	case s.last != last || s.leading || s.bridge != nil:
+		return false // a marker arrived, or Lead, meanwhile
+	}
+	return true
 }
 
 // startBridge starts a bridge from tick from (s.mu held).

@@ -236,7 +236,7 @@ func TestStandbyLeadContinuesTheSchedule(t *testing.T) {
 	}
 	// The bridging one claims the lease: its Ticker goes on from its
 	// bridge's schedule.
-	next, due, ok := lead.Lead()
+	next, due, ok := lead.Lead(context.Background())
 	if !ok {
 		t.Fatal("Lead: no schedule")
 	}
@@ -263,4 +263,39 @@ func TestStandbyLeadContinuesTheSchedule(t *testing.T) {
 	if onSchedule := uint64(r.clk.Now().Sub(r.start)/r.period) + 1; uint64(len(arr))+2 < onSchedule {
 		t.Fatalf("%d ticks, want about %d", len(arr), onSchedule)
 	}
+}
+
+// A standby whose observations lag (its runners are behind the log) while
+// the holder ticks on time finds the later markers in the log and starts
+// no bridge: it never appends behind the log's last marker.
+func TestStandbyLaggingObserverDoesNotBridge(t *testing.T) {
+	r := newStandbyRig(t, 0)
+	s, err := replay.NewStandby(replay.StandbyConfig{World: 9, Log: r.log, Rate: 30, Clock: r.clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var feed sync.Mutex
+	lagging := false
+	r.log.watch(func(tick uint64) {
+		feed.Lock()
+		defer feed.Unlock()
+		if !lagging {
+			s.Observe(tick)
+		}
+	})
+	r.stops = append(r.stops, r.run(s.Run))
+	stopHolder, _ := r.holder(replay.TickerConfig{Start: 1})
+	defer stopHolder()
+	r.advance(10 * r.period)
+	feed.Lock()
+	lagging = true
+	feed.Unlock()
+	r.advance(30 * r.period)
+	if started, ticks := s.Bridges(); started != 0 {
+		t.Fatalf("a lagging standby started %d bridges (%d ticks) while the holder ticked", started, ticks)
+	}
+	if last, _ := s.Last(); last < 30 {
+		t.Fatalf("the standby's last tick %d: it did not catch up from the log", last)
+	}
+	r.check()
 }

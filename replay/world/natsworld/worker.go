@@ -693,7 +693,7 @@ func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, o
 	start := func() {
 		cfg := replay.TickerConfig{World: w.cfg.World, Log: w.cfg.Log, Rate: w.cfg.Game.TickRate}
 		if sb != nil {
-			if next, due, ok := sb.Lead(); ok {
+			if next, due, ok := sb.Lead(ctx); ok {
 				cfg.Start, cfg.Due, cfg.Skip = next, due, sb.Seen
 			}
 		}

@@ -92,7 +92,7 @@ type standbyRig struct {
 func newStandbyRig(t *testing.T, n int) *standbyRig {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	r := &standbyRig{t: t, clk: clk, log: newWatchedLog(clk), period: time.Second / 30, start: clk.Now()}
-	r.grace = 2 * r.period
+	r.grace = time.Duration(replay.DefaultStandbyGrace * float64(r.period))
 	for range n {
 		s, err := replay.NewStandby(replay.StandbyConfig{World: 9, Log: r.log, Rate: 30, Clock: clk})
 		if err != nil {

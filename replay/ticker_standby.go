@@ -65,7 +65,7 @@ type Standby struct {
 	last     uint64    // the highest tick seen in the log
 	lastAt   time.Time // when it arrived
 	observed int       // markers seen (capped at standbyMinObserved)
-	issued   uint64    // the highest tick a bridge of this standby appended or skipped
+	issued   uint64    // the highest durable tick a bridge of this standby appended
 	leading  bool      // this process's own Ticker runs
 	quiet    time.Time // no bridge starts before this
 	bridge   *standbyBridge
@@ -192,8 +192,9 @@ func (s *Standby) lastInLog(ctx context.Context) (uint64, error) {
 }
 
 // Follow makes the standby watch again after this process's Ticker
-// stopped (its lease was lost); upTo is the last tick that Ticker issued,
-// which no bridge appends again.
+// stopped (its lease was lost); upTo is the last tick that Ticker made
+// durable (not merely issued: one in flight may never be stored), which
+// no bridge appends again.
 func (s *Standby) Follow(upTo uint64) {
 	s.mu.Lock()
 	s.leading = false
@@ -320,8 +321,15 @@ func (s *Standby) confirmOverdue(ctx context.Context) bool {
 
 // startBridge starts a bridge from tick from (s.mu held).
 func (s *Standby) startBridge(ctx context.Context, from uint64) *standbyBridge {
+	// Only a durable marker counts as issued: one still in flight when the
+	// bridge stops may never be stored, and the next Ticker must append it.
+	durable := func(tick uint64, _ time.Time) {
+		s.mu.Lock()
+		s.issued = max(s.issued, tick)
+		s.mu.Unlock()
+	}
 	tk, err := NewTicker(TickerConfig{World: s.cfg.World, Log: s.cfg.Log, Rate: s.cfg.Rate, Clock: s.cfg.Clock,
-		MaxLag: s.cfg.MaxLag, InFlight: s.cfg.InFlight, Start: from, Due: s.due(from), Skip: s.Seen})
+		MaxLag: s.cfg.MaxLag, InFlight: s.cfg.InFlight, Start: from, Due: s.due(from), Skip: s.Seen, OnTick: durable})
 	if err != nil {
 		return nil // the config was checked by NewStandby
 	}
@@ -333,12 +341,9 @@ func (s *Standby) startBridge(ctx context.Context, from uint64) *standbyBridge {
 	go func() {
 		defer close(b.done)
 		err := tk.Run(bctx)
-		s.mu.Lock()
 		if n := tk.Next(); n > from {
 			s.bridged.Add(n - from)
-			s.issued = max(s.issued, n-1)
 		}
-		s.mu.Unlock()
 		if err != nil && !errors.Is(err, context.Canceled) {
 			b.err = err
 		}

@@ -24,6 +24,9 @@ type watchedLog struct {
 	mu       sync.Mutex
 	watchers []func(tick uint64)
 	arrived  map[uint64]time.Time
+	// hold keeps every asynchronous append in flight: neither stored nor
+	// answered.
+	hold bool
 }
 
 func newWatchedLog(clk *fakeClock) *watchedLog {
@@ -58,7 +61,12 @@ func (l *watchedLog) AppendWithID(ctx context.Context, id msg.RecordID, data []b
 }
 
 func (l *watchedLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
-	done(l.AppendWithID(ctx, id, data))
+	l.mu.Lock()
+	hold := l.hold
+	l.mu.Unlock()
+	if !hold {
+		done(l.AppendWithID(ctx, id, data))
+	}
 	return nil
 }
 
@@ -298,4 +306,30 @@ func TestStandbyLaggingObserverDoesNotBridge(t *testing.T) {
 		t.Fatalf("the standby's last tick %d: it did not catch up from the log", last)
 	}
 	r.check()
+}
+
+// A bridge's markers still in flight when it stops do not count as
+// appended: the Ticker that takes over (Lead) appends them, so that no
+// tick is missing if they are never stored.
+func TestStandbyLeadRetriesMarkersInFlight(t *testing.T) {
+	r := newStandbyRig(t, 1)
+	stopHolder, _ := r.holder(replay.TickerConfig{Start: 1})
+	r.advance(30 * r.period)
+	stopHolder()
+	last := uint64(len(r.check()))
+	r.log.mu.Lock()
+	r.log.hold = true
+	r.log.mu.Unlock()
+	r.advance(10 * r.period)
+	s := r.standbys[0]
+	if !s.Bridging() {
+		t.Fatal("not bridging 10 periods after the holder stopped")
+	}
+	next, _, ok := s.Lead(context.Background())
+	if _, ticks := s.Bridges(); ticks == 0 {
+		t.Fatal("the bridge issued no marker")
+	}
+	if !ok || next != last+1 {
+		t.Fatalf("Lead: next %d (ok %v) with tick %d the last stored, want %d", next, ok, last, last+1)
+	}
 }

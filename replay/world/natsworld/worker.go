@@ -671,6 +671,8 @@ func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, o
 			cancel context.CancelFunc
 			done   chan struct{}
 			tk     *replay.Ticker
+			// durable is the last tick the Ticker made durable.
+			durable *atomic.Uint64
 		}
 		// baseline is the lease's revision when the running bridge began
 		// (0: not read yet).
@@ -682,7 +684,7 @@ func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, o
 		w.log.Warn("stopped the ticker", "why", why, "err", err)
 		held = nil
 		if sb != nil {
-			sb.Follow(cur.tk.Next() - min(cur.tk.Next(), 1))
+			sb.Follow(cur.durable.Load())
 		}
 	}
 	// start runs a Ticker: from the standby's schedule if it has one (the
@@ -697,11 +699,13 @@ func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, o
 				cfg.Start, cfg.Due, cfg.Skip = next, due, sb.Seen
 			}
 		}
+		durable := &atomic.Uint64{}
+		cfg.OnTick = func(tick uint64, _ time.Time) { durable.Store(tick) }
 		tk, _ := replay.NewTicker(cfg)
 		var tctx context.Context
 		tctx, cur.cancel = context.WithCancel(ctx)
 		done := make(chan struct{})
-		cur.done, cur.tk = done, tk
+		cur.done, cur.tk, cur.durable = done, tk, durable
 		go func() {
 			defer close(done)
 			if err := tk.Run(tctx); err != nil && tctx.Err() == nil {

@@ -313,8 +313,8 @@ func (s *Standby) confirmOverdue(ctx context.Context) bool {
 	case inLog > s.last:
 		s.last, s.lastAt = inLog, now
 		return false
-	case s.last != last || s.leading || s.bridge != nil:
-		return false // a marker arrived, or Lead, meanwhile
+	case s.last != last || s.leading || s.bridge != nil || s.quiet.After(now):
+		return false // a marker arrived, or Lead or StandDown, meanwhile
 	}
 	return true
 }

@@ -44,6 +44,15 @@ type TickerConfig struct {
 	// Start is the first tick to append; 0 means the tick after the last
 	// one in the log (FindLastTick), or 1 for a new world.
 	Start uint64
+	// Due, with Start, is when tick Start is due (zero: at once). A
+	// Ticker taking over from a Standby's schedule goes on from there, so
+	// the world's ticks keep their phase (a Due in the past is caught up,
+	// within MaxLag).
+	Due time.Time
+	// Skip, if set, is asked at each tick's due time whether that tick's
+	// marker was already seen in the log (another Ticker or a Standby
+	// appended it): such a tick is not appended again, late.
+	Skip func(tick uint64) bool
 	// Clock is the time source (default SystemClock).
 	Clock Clock
 	// MaxLag is how far behind its schedule the ticker may fall (a slow
@@ -209,6 +218,9 @@ type AsyncAppender interface {
 func (t *Ticker) schedule(ctx context.Context, next uint64, issue func(uint64) bool) error {
 	clock, period := t.cfg.Clock, t.Period()
 	anchor, k := clock.Now(), time.Duration(0)
+	if !t.cfg.Due.IsZero() && t.cfg.Start != 0 && next == t.cfg.Start {
+		anchor = t.cfg.Due
+	}
 	for {
 		due := anchor.Add(k * period)
 		if wait := due.Sub(clock.Now()); wait > 0 {
@@ -218,8 +230,10 @@ func (t *Ticker) schedule(ctx context.Context, next uint64, issue func(uint64) b
 				return ctx.Err()
 			}
 		}
-		if !issue(next) {
-			return ctx.Err()
+		if t.cfg.Skip == nil || !t.cfg.Skip(next) {
+			if !issue(next) {
+				return ctx.Err()
+			}
 		}
 		next++
 		t.next.Store(next)
@@ -260,12 +274,16 @@ func (t *Ticker) appendTick(ctx context.Context, n uint64) error {
 // FindLastTick returns the last tick marker of world in the log (0 if there
 // is none), reading back from the tail in windows.
 func FindLastTick(ctx context.Context, log TickLog, world uint32) (uint64, error) {
+	return findLastTick(ctx, log, world, 512)
+}
+
+// findLastTick is FindLastTick reading windows of window entries.
+func findLastTick(ctx context.Context, log TickLog, world uint32, window uint64) (uint64, error) {
 	id := TickerClientID(world)
 	tail, err := log.CheckTail(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("find last tick: tail: %w", err)
 	}
-	const window = 512
 	for hi := tail; hi >= 1; {
 		lo := hi - min(hi-1, window-1)
 		var best uint64

@@ -35,7 +35,13 @@ func TestClusterRealProcesses(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, LogTick: faultsTick, SuspectTicks: faultsSuspect,
+	// BROADSIDE_CLUSTER_KILL_TICKER=1: only the workers tick, and the
+	// SIGKILLed and SIGSTOPped workers are the Ticker's holder each time.
+	// BROADSIDE_CLUSTER_TICKER_GRACE sets the workers' --ticker-grace
+	// ("-1ms": no bridging, to compare).
+	killTicker := os.Getenv("BROADSIDE_CLUSTER_KILL_TICKER") != ""
+	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, LogTick: faultsTick, SuspectTicks: faultsSuspect, WorkersTick: killTicker,
+		TickerGrace: os.Getenv("BROADSIDE_CLUSTER_TICKER_GRACE"),
 		Command: func(args ...string) *exec.Cmd {
 			cmd := exec.Command(os.Args[0], args...)
 			cmd.Env = append(os.Environ(), "BROADSIDE_TEST_MAIN=1")
@@ -55,7 +61,7 @@ func TestClusterRealProcesses(t *testing.T) {
 			}
 		}
 	}()
-	rep, err := cluster.Play(ctx, c, cluster.Options{Bots: 12, Rate: 5, Pause: true, Out: testWriter{t}})
+	rep, err := cluster.Play(ctx, c, cluster.Options{Bots: 12, Rate: 5, Pause: true, KillTicker: killTicker, Out: testWriter{t}})
 	fmt.Println(rep.Line())
 	fmt.Println(rep.Detail())
 	t.Log(rep.Line())

@@ -30,6 +30,7 @@ type sectorOptions struct {
 	worker      string
 	leaseTTL    time.Duration
 	tickerTTL   time.Duration
+	tickerGrace time.Duration
 	replicas    int
 	ticker      bool
 	standby     bool
@@ -61,7 +62,10 @@ paused past its leases changes nothing when it wakes.
 takeover starts from it instead of a snapshot and a replay.
 
 --ticker makes the worker compete for the world's Ticker lease: exactly one
-holder appends the tick markers.
+holder appends the tick markers. While another holds it, the worker keeps
+the holder's schedule from its runners' ticks and, if a marker is
+--ticker-grace overdue (the holder died), appends the markers itself until
+the lease is held again.
 
 Every worker of a world needs the same game flags (--world-size, --sectors,
 --islands, --seed). The log cluster is given with log- prefixed flags, as for
@@ -82,6 +86,7 @@ Every worker of a world needs the same game flags (--world-size, --sectors,
 	f.StringVar(&o.worker, "worker", "", "this worker's id (letters, digits, - and _; default: host name and process id)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", natsworld.DefaultTTL, "lease length when the lease bucket is created (a dead worker's sectors are free this long after its last renewal)")
 	f.DurationVar(&o.tickerTTL, "ticker-lease-ttl", natsworld.DefaultTickerTTL, "the Ticker's lease length when its bucket (broadside-ticker) is created: may be shorter than a sector's (two Tickers overlapping store each tick once), but a short one flaps on a loaded machine")
+	f.DurationVar(&o.tickerGrace, "ticker-grace", 0, "with --ticker: how late the next tick marker may be before this worker bridges the ticks itself while another holds the Ticker's lease (0: half a tick period; negative: never)")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the lease bucket and snapshot store when they are created (3 on a NATS cluster)")
 	f.BoolVar(&o.ticker, "ticker", false, "compete for the world's Ticker lease and append the tick markers while holding it")
 	f.BoolVar(&o.standby, "standby", false, "run a hot copy of every sector this worker does not own (no lease, no publishing): a takeover then starts from it, without restoring and replaying")
@@ -140,7 +145,7 @@ func runSector(ctx context.Context, out io.Writer, o sectorOptions) error {
 	}
 	defer closeLog()
 	w, err := natsworld.NewWorker(natsworld.WorkerConfig{World: o.world, Game: game, Log: logc, Leases: leases, Snapshots: snaps,
-		Publisher: nc, Ticker: o.ticker, TickerLeases: tickerLeases, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
+		Publisher: nc, Ticker: o.ticker, TickerLeases: tickerLeases, TickerGrace: o.tickerGrace, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
 		Policy: snapshot.Policy{MinInterval: o.minInterval}})
 	if err != nil {
 		return err

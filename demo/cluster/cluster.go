@@ -58,6 +58,13 @@ type Config struct {
 	// LogTick and SuspectTicks are logd's --tick and --suspect-ticks
 	// (default 10ms and 50).
 	LogTick, SuspectTicks string
+	// WorkersTick leaves the Ticker's lease to the workers: the front ends
+	// run without --ticker (so that a worker's failure is the Ticker
+	// holder's, with Options.KillTicker).
+	WorkersTick bool
+	// TickerGrace, if set, is the workers' --ticker-grace ("-1ms": no
+	// bridging, to compare).
+	TickerGrace string
 }
 
 // The fixed names of the processes.
@@ -257,6 +264,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	for i := range cfg.Workers {
 		w := fmt.Sprintf("w%d", i+1)
 		args := append([]string{"sector", "--nats", c.NATSURL, "--replicas", "3", "--worker", w, "--ticker"}, c.game...)
+		if cfg.TickerGrace != "" {
+			args = append(args, "--ticker-grace="+cfg.TickerGrace)
+		}
 		if i == cfg.Workers-1 && cfg.Workers > 1 {
 			args = append(args, "--standby") // its takeovers start from hot copies
 		}
@@ -273,9 +283,12 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		fe := fmt.Sprintf("fe-%c", 'A'+i)
 		c.FrontEnds[fe] = fmt.Sprintf("127.0.0.1:%d", udp[len(LogNodes)+i])
 		c.Admin[fe] = fmt.Sprintf("127.0.0.1:%d", admin[i])
-		if err := c.start(fe, append(append(append([]string{"serve", "--dev", "--listen", c.FrontEnds[fe], "--admin-addr", c.Admin[fe],
-			"--tls-dir", c.TLSDir, "--secret-file", c.SecretFile, "--data", filepath.Join(cfg.Dir, fe), "--log", "--world", c.NATSURL, "--world-replicas", "3", "--ticker"},
-			c.game...), creds...), logFlags...)...); err != nil {
+		args := []string{"serve", "--dev", "--listen", c.FrontEnds[fe], "--admin-addr", c.Admin[fe],
+			"--tls-dir", c.TLSDir, "--secret-file", c.SecretFile, "--data", filepath.Join(cfg.Dir, fe), "--log", "--world", c.NATSURL, "--world-replicas", "3"}
+		if !cfg.WorkersTick {
+			args = append(args, "--ticker")
+		}
+		if err := c.start(fe, append(append(append(args, c.game...), creds...), logFlags...)...); err != nil {
 			return c, err
 		}
 		c.FrontEndNames = append(c.FrontEndNames, fe)

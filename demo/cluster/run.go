@@ -32,6 +32,10 @@ type Options struct {
 	Rate float64
 	// Pause adds a paused worker: SIGSTOP past its leases, then SIGCONT.
 	Pause bool
+	// KillTicker makes the SIGKILLed and the SIGSTOPped worker the
+	// Ticker's holder whenever a worker holds it (Config.WorkersTick makes
+	// sure one does), instead of sector 0's owner and another worker.
+	KillTicker bool
 	// Quiet is the period before the first fault whose ticks the
 	// takeovers' are compared with (default 3 s).
 	Quiet time.Duration
@@ -365,6 +369,9 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 		return fail(err)
 	}
 	victim := owners[0]
+	if h := c.TickerHolder(ctx); o.KillTicker && slices.Contains(c.Workers, h) {
+		victim = h
+	}
 	vs := p.sectorsOf(owners, victim)
 	rep.TickerAt = append(rep.TickerAt, c.TickerHolder(ctx))
 	killedAt := time.Now()
@@ -407,6 +414,9 @@ func Play(ctx context.Context, c *Cluster, o Options) (rep Report, err error) {
 		}
 		if paused == "" {
 			paused = owners[1]
+		}
+		if h := c.TickerHolder(ctx); o.KillTicker && slices.Contains(c.Workers, h) {
+			paused = h
 		}
 		ps = p.sectorsOf(owners, paused)
 		for _, s := range ps {

@@ -292,6 +292,10 @@ type TickerConfig struct {
 	Leases *Leases
 	Rate   int
 	Logger *slog.Logger
+	// Grace is how late the next tick marker may be before this process,
+	// not holding the lease, bridges the ticks itself from a tail of the
+	// log (WorkerConfig.TickerGrace: 0 the default, negative none).
+	Grace time.Duration
 }
 
 // RunTicker competes for the world's Ticker lease (TickerLease) and runs
@@ -305,8 +309,8 @@ func RunTicker(ctx context.Context, cfg TickerConfig) error {
 	case cfg.Logger == nil:
 		cfg.Logger = slog.Default()
 	}
-	w := &Worker{cfg: WorkerConfig{World: cfg.World, Log: cfg.Log, Leases: cfg.Leases, Game: world.Game{TickRate: cfg.Rate}},
+	w := &Worker{cfg: WorkerConfig{World: cfg.World, Log: cfg.Log, Leases: cfg.Leases, Game: world.Game{TickRate: cfg.Rate}, TickerGrace: cfg.Grace},
 		log: cfg.Logger.With("worker", cfg.Leases.Worker())}
-	w.runTicker(ctx)
+	w.runTicker(ctx, func(ctx context.Context, observe func(uint64)) { tailTicks(ctx, cfg.Log, cfg.World, observe) })
 	return ctx.Err()
 }

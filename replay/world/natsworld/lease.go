@@ -294,6 +294,20 @@ func (l *Leases) Owner(ctx context.Context, sector uint32) (worker string, epoch
 	return v.Worker, v.Epoch, nil
 }
 
+// revision returns the KV revision of the last write of sector's lease
+// (its claim or latest renewal), 0 if nobody holds it: a Ticker standby
+// learns from it whether the lease was written since its bridge began.
+func (l *Leases) revision(ctx context.Context, sector uint32) (uint64, error) {
+	e, err := l.kv.Get(ctx, l.sectorKey(sector))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("natsworld: lease of sector %d: %w", sector, err)
+	}
+	return e.Revision(), nil
+}
+
 // Register records this worker as live for one TTL (call it at least as
 // often as the leases are renewed). A registration that lapsed is made
 // anew.

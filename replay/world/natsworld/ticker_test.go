@@ -3,11 +3,13 @@ package natsworld
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog"
+	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/replay"
 )
 
@@ -101,5 +103,115 @@ func TestTickerRestartsAndOverlaps(t *testing.T) {
 		if !seen[n] {
 			t.Fatalf("tick %d missing of %d", n, len(seen))
 		}
+	}
+}
+
+// deadLog is the world log as one process sees it: after kill, every
+// append fails (the process died; what it appended before stays).
+type deadLog struct {
+	*tickLog
+	dead atomic.Bool
+}
+
+func (l *deadLog) AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error {
+	if l.dead.Load() {
+		return replay.ErrLogClosed
+	}
+	return l.tickLog.AppendWithID(ctx, id, data)
+}
+
+func (l *deadLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
+	done(l.AppendWithID(ctx, id, data))
+	return nil
+}
+
+// maxTick returns the highest tick marker of world 1 in the log.
+func (l *tickLog) maxTick() uint64 {
+	var n uint64
+	id := replay.TickerClientID(1)
+	for _, e := range l.Entries(1) {
+		if e.Record.ID.Client == id {
+			n = max(n, e.Record.ID.Seq)
+		}
+	}
+	return n
+}
+
+// TestTickerStandbyBridgesADeadHolder: the Ticker's holder dies (no more
+// markers, renewals or release); a second process competing for the
+// lease, tailing the log, bridges the ticks while the lease has not
+// expired yet (a 2 s lease here, so that the bridge is what keeps the
+// world ticking), then claims the lease and goes on; every tick is
+// stored once and none is missing. Without the standby (Grace < 0) no
+// tick is stored before the lease is claimed.
+func TestTickerStandbyBridgesADeadHolder(t *testing.T) {
+	for _, standby := range []bool{true, false} {
+		t.Run(fmt.Sprintf("standby=%v", standby), func(t *testing.T) {
+			connect := startNATS(t)
+			log := &tickLog{MemLog: replay.NewMemLog()}
+			holderLog := &deadLog{tickLog: log}
+			js1 := connect()
+			const ttl = 2 * time.Second
+			l1, err := OpenTickerLeases(ctxT(t), js1, LeasesConfig{World: 1, Worker: "t1", TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx1, stop1 := context.WithCancel(context.Background())
+			done1 := make(chan struct{})
+			go func() {
+				defer close(done1)
+				_ = RunTicker(ctx1, TickerConfig{World: 1, Log: holderLog, Leases: l1, Rate: 30, Logger: quiet()})
+			}()
+			defer func() { stop1(); <-done1 }()
+			waitFor(t, "t1 holding the Ticker's lease", func() bool { w, _, _ := l1.Owner(ctxT(t), TickerLease); return w == "t1" })
+
+			l2, err := OpenTickerLeases(ctxT(t), connect(), LeasesConfig{World: 1, Worker: "t2"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			grace := time.Duration(0)
+			if !standby {
+				grace = -1
+			}
+			ctx2, stop2 := context.WithCancel(context.Background())
+			done2 := make(chan struct{})
+			go func() {
+				defer close(done2)
+				_ = RunTicker(ctx2, TickerConfig{World: 1, Log: log, Leases: l2, Rate: 30, Logger: quiet(), Grace: grace})
+			}()
+			defer func() { stop2(); <-done2 }()
+			waitFor(t, "30 ticks", func() bool { return log.ticks() >= 30 })
+
+			// t1 dies: its appends fail, its NATS connection is gone.
+			holderLog.dead.Store(true)
+			js1.Conn().Close()
+			killed := log.maxTick()
+			var claimedAt uint64
+			waitFor(t, "t2 holding the Ticker's lease", func() bool {
+				w, _, _ := l2.Owner(ctxT(t), TickerLease)
+				claimedAt = log.maxTick()
+				return w == "t2"
+			})
+			if bridged := claimedAt - min(claimedAt, killed+1); standby && bridged < 15 {
+				t.Fatalf("%d ticks stored between the holder's death (tick %d) and t2's claim of its %v lease, want the bridge's (about 30 a second)", bridged, killed, ttl)
+			} else if !standby && bridged > 1 {
+				t.Fatalf("%d ticks stored before the lease was claimed with no standby", bridged)
+			}
+			waitFor(t, "30 ticks after the claim", func() bool { return log.maxTick() >= claimedAt+30 })
+			seen := map[uint64]bool{}
+			for _, e := range log.Entries(1) {
+				if e.Record.ID.Client == replay.TickerClientID(1) {
+					if seen[e.Record.ID.Seq] {
+						t.Fatalf("tick %d stored twice", e.Record.ID.Seq)
+					}
+					seen[e.Record.ID.Seq] = true
+				}
+			}
+			for n := uint64(1); n <= uint64(len(seen)); n++ {
+				if !seen[n] {
+					t.Fatalf("tick %d missing of %d", n, len(seen))
+				}
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/world"
@@ -70,6 +71,12 @@ type WorkerConfig struct {
 	// bucket of its own (OpenTickerLeases), whose TTL can be set apart
 	// from the sectors'.
 	TickerLeases *Leases
+	// TickerGrace is how late the next tick marker may be before this
+	// worker, competing for the Ticker's lease without holding it,
+	// bridges the ticks itself (a replay.Standby fed by its runners'
+	// ticks): 0 means replay.DefaultStandbyGrace periods, a negative
+	// value no bridging.
+	TickerGrace time.Duration
 	// Standby makes the worker run a hot copy of every sector it does not
 	// own (no lease, no appends, no snapshots, no frames): when it claims
 	// one, it starts from the copy's state instead of restoring and
@@ -110,6 +117,18 @@ type Worker struct {
 	sectors map[uint32]*sectorRun
 	hot     map[uint32]*hotCopy // Standby's copies of the sectors not owned
 	wg      sync.WaitGroup
+
+	// ticks, while runTicker runs with a standby, is told of every tick
+	// marker this process's runners step.
+	ticks atomic.Pointer[replay.Standby]
+}
+
+// observeTick tells the Ticker's standby, if any, that tick's marker
+// arrived (a runner stepped it).
+func (w *Worker) observeTick(tick uint64) {
+	if sb := w.ticks.Load(); sb != nil {
+		sb.Observe(tick)
+	}
 }
 
 // hotCopy is a standby's copy of a sector it does not own: a runner
@@ -186,7 +205,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		defer close(tickerDone)
 		if w.cfg.Ticker {
-			w.runTicker(ctx)
+			w.runTicker(ctx, nil)
 		}
 	}()
 	go func() {
@@ -318,6 +337,7 @@ func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 	r, err := replay.NewRunner(replay.RunnerConfig{World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1),
 		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger,
 		Observer: func(info replay.TickInfo) {
+			w.observeTick(info.Tick)
 			f := SectorFrame{World: w.cfg.World, Sector: s, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash}
 			f.Applied = appliedOf(info, nil)
 			if w.cfg.FramePart != nil {
@@ -525,6 +545,7 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		Epoch: epoch, Appender: w.cfg.Log, CommandKind: w.cfg.Game.CommandKind, HistoryTicks: 64, Snapshots: snaps,
 		Recorder: rec, Logger: w.cfg.Logger,
 		Observer: func(info replay.TickInfo) {
+			w.observeTick(info.Tick)
 			if !valid() {
 				return // paused past the lease: publish nothing
 			}
@@ -596,7 +617,17 @@ func (w *Worker) report(r TakeoverReport) {
 // a holder that stopped on a slow renewal would leave the world without
 // ticks until someone claims the lease. So a short Ticker lease
 // (OpenTickerLeases) costs a takeover only when the holder dies.
-func (w *Worker) runTicker(ctx context.Context) {
+//
+// And even then the world need not wait for the lease to expire: while
+// it does not hold the lease, the process runs a replay.Standby (unless
+// TickerGrace is negative) that keeps the holder's schedule from the
+// markers arriving (its runners' ticks, or tail's) and, once a marker is
+// TickerGrace overdue, appends the markers itself on that schedule. It
+// stops bridging as soon as the lease was written again since the bridge
+// began (its holder renewed it, alive after all, or someone claimed it);
+// if this process claims it, its Ticker goes on from the bridge's next
+// tick on the same schedule.
+func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, observe func(uint64))) {
 	l := w.cfg.Leases
 	if w.cfg.TickerLeases != nil {
 		l = w.cfg.TickerLeases
@@ -607,29 +638,74 @@ func (w *Worker) runTicker(ctx context.Context) {
 	// A KV operation may take longer than a short lease's half: it is
 	// bounded by 200 ms at least (the next round waits for it).
 	opTimeout := max(ttl/2, 200*time.Millisecond)
+	var sb *replay.Standby
+	bridgeBegan := make(chan struct{}, 1)
+	if w.cfg.TickerGrace >= 0 {
+		sb, _ = replay.NewStandby(replay.StandbyConfig{World: w.cfg.World, Log: w.cfg.Log, Rate: w.cfg.Game.TickRate, Grace: w.cfg.TickerGrace,
+			OnBridge: func(bridging bool, from uint64) {
+				if bridging {
+					w.log.Info("the tick markers are overdue: bridging them until the Ticker's lease is held again", "from_tick", from)
+					select {
+					case bridgeBegan <- struct{}{}:
+					default:
+					}
+				}
+			}})
+	}
+	var swg sync.WaitGroup
+	if sb != nil {
+		sctx, scancel := context.WithCancel(ctx)
+		defer func() { scancel(); swg.Wait() }()
+		swg.Add(1)
+		go func() { defer swg.Done(); _ = sb.Run(sctx) }()
+		if tail != nil {
+			swg.Add(1)
+			go func() { defer swg.Done(); tail(sctx, sb.Observe) }()
+		}
+		w.ticks.Store(sb)
+		defer w.ticks.Store(nil)
+	}
 	var (
 		held *Lease
 		cur  struct {
 			cancel context.CancelFunc
 			done   chan struct{}
+			tk     *replay.Ticker
+			// durable is the last tick the Ticker made durable.
+			durable *atomic.Uint64
 		}
+		// baseline is the lease's revision when the running bridge began
+		// (0: not read yet).
+		baseline uint64
 	)
 	stop := func(why string, err error) {
 		cur.cancel()
 		<-cur.done
 		w.log.Warn("stopped the ticker", "why", why, "err", err)
 		held = nil
+		if sb != nil {
+			sb.Follow(cur.durable.Load())
+		}
 	}
-	// start runs a Ticker. It finds the last marker in the log and goes
-	// on from there; a stale ticker's markers carry the same ids, so the
-	// log stores each tick once.
+	// start runs a Ticker: from the standby's schedule if it has one (the
+	// bridge's next tick), else from the last marker in the log. A stale
+	// ticker's markers carry the same ids, so the log stores each tick
+	// once.
 	var failedAt time.Time
 	start := func() {
-		tk, _ := replay.NewTicker(replay.TickerConfig{World: w.cfg.World, Log: w.cfg.Log, Rate: w.cfg.Game.TickRate})
+		cfg := replay.TickerConfig{World: w.cfg.World, Log: w.cfg.Log, Rate: w.cfg.Game.TickRate}
+		if sb != nil {
+			if next, due, ok := sb.Lead(ctx); ok {
+				cfg.Start, cfg.Due, cfg.Skip = next, due, sb.Seen
+			}
+		}
+		durable := &atomic.Uint64{}
+		cfg.OnTick = func(tick uint64, _ time.Time) { durable.Store(tick) }
+		tk, _ := replay.NewTicker(cfg)
 		var tctx context.Context
 		tctx, cur.cancel = context.WithCancel(ctx)
 		done := make(chan struct{})
-		cur.done = done
+		cur.done, cur.tk, cur.durable = done, tk, durable
 		go func() {
 			defer close(done)
 			if err := tk.Run(tctx); err != nil && tctx.Err() == nil {
@@ -659,7 +735,23 @@ func (w *Worker) runTicker(ctx context.Context) {
 		} else if lease, err := l.Claim(octx, TickerLease); err == nil {
 			held = &lease
 			start()
-			w.log.Info("holding the ticker lease: ticking", "epoch", lease.Epoch)
+			w.log.Info("holding the ticker lease: ticking", "epoch", lease.Epoch, "from_tick", cur.tk.Next())
+		} else if sb != nil && sb.Bridging() {
+			// Bridging: until the lease is written again (renewed by a
+			// holder alive after all, or claimed anew). A lease that
+			// expired and is not claimed yet bridges on.
+			if rev, err := l.revision(octx, TickerLease); err == nil && rev != 0 {
+				if baseline == 0 {
+					baseline = rev
+				} else if rev != baseline {
+					sb.StandDown()
+					started, ticks := sb.Bridges()
+					w.log.Info("the Ticker's lease is held again: stopped bridging", "bridges", started, "bridged_ticks", ticks)
+					baseline = 0
+				}
+			}
+		} else {
+			baseline = 0
 		}
 		cancel()
 		select {
@@ -673,7 +765,43 @@ func (w *Worker) runTicker(ctx context.Context) {
 			}
 			return
 		case <-t.C:
+		case <-bridgeBegan:
+			baseline = 0 // read the lease's revision at once
 		}
+	}
+}
+
+// tailTicks tells observe of every tick marker of world appended to log
+// from its tail on, until ctx ends: how a process with no runner of its
+// own (a front end) sees the holder's schedule. It reads every entry, as
+// a runner does (one more reader of the log per such process).
+func tailTicks(ctx context.Context, log replay.TickLog, worldID uint32, observe func(uint64)) {
+	id := replay.TickerClientID(worldID)
+	for ctx.Err() == nil {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		tail, err := log.CheckTail(tctx)
+		cancel()
+		if err != nil {
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		// Read waits at the tail for the next entries.
+		for from := tail + 1; ctx.Err() == nil; {
+			entries, err := log.Read(ctx, from, 1024)
+			if err != nil || len(entries) == 0 || entries[0].Pos != from {
+				break // trimmed, or the log failed: start again at its tail
+			}
+			for _, e := range entries {
+				if e.Record.ID.Client != id {
+					continue
+				}
+				if env, err := wire.DecodeEnvelope(e.Record.Data); err == nil && env.Kind == wire.EnvelopeTick {
+					observe(env.Tick)
+				}
+			}
+			from = entries[len(entries)-1].Pos + 1
+		}
+		sleep(ctx, 100*time.Millisecond)
 	}
 }
 

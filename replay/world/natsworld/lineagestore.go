@@ -29,6 +29,10 @@ type LineageStoreConfig struct {
 	// Replicas is the replication factor when the store is created: 1
 	// (default) for one server, 3 for a NATS cluster.
 	Replicas int
+	// KindNames, if set, are stored (lineage.PutKindNames) for the
+	// queries to print the kinds of commands by name: a sector worker
+	// gives its game's (world.Game.KindNames); a reader need not.
+	KindNames map[uint8]string
 }
 
 // LineageStore is a lineage.Store shared by every sector worker and front
@@ -61,7 +65,13 @@ func OpenLineageStore(ctx context.Context, js jetstream.JetStream, cfg LineageSt
 	if err != nil {
 		return nil, err
 	}
-	return &LineageStore{b: b, world: strconv.FormatUint(uint64(cfg.World), 10)}, nil
+	s := &LineageStore{b: b, world: strconv.FormatUint(uint64(cfg.World), 10)}
+	if cfg.KindNames != nil {
+		if err := lineage.PutKindNames(ctx, s, cfg.KindNames); err != nil {
+			return nil, fmt.Errorf("natsworld: lineage store: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // rangeKey names a range ("r") or its description ("i").

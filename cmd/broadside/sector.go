@@ -33,6 +33,7 @@ type sectorOptions struct {
 	replicas    int
 	ticker      bool
 	standby     bool
+	lineage     bool
 	minInterval uint64
 	worldSize   int32
 	sectors     int
@@ -52,8 +53,9 @@ the sectors the deterministic assignment gives it among the live workers (they
 rebalance when a worker joins or leaves). For each, it appends its lease claim
 (the fencing epoch) to the command log, restores the sector from the snapshot
 store on NATS (broadside-snapshots) and runs it from the log: migrations are
-appended tagged with the epoch, snapshots go to the shared store, and each
-tick's frame is published on world.<id>.sector.<n>. When a worker dies its
+appended tagged with the epoch, snapshots go to the shared store, lineage to
+the shared lineage store (broadside-lineage; --lineage=false records none),
+and each tick's frame is published on world.<id>.sector.<n>. When a worker dies its
 leases expire (--lease-ttl) and the others take its sectors over; a worker
 paused past its leases changes nothing when it wakes.
 
@@ -82,8 +84,9 @@ Every worker of a world needs the same game flags (--world-size, --sectors,
 	f.StringVar(&o.worker, "worker", "", "this worker's id (letters, digits, - and _; default: host name and process id)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", natsworld.DefaultTTL, "lease length when the lease bucket is created (a dead worker's sectors are free this long after its last renewal)")
 	f.DurationVar(&o.tickerTTL, "ticker-lease-ttl", natsworld.DefaultTickerTTL, "the Ticker's lease length when its bucket (broadside-ticker) is created: may be shorter than a sector's (two Tickers overlapping store each tick once), but a short one flaps on a loaded machine")
-	f.IntVar(&o.replicas, "replicas", 1, "replicas of the lease bucket and snapshot store when they are created (3 on a NATS cluster)")
+	f.IntVar(&o.replicas, "replicas", 1, "replicas of the lease bucket and the snapshot and lineage stores when they are created (3 on a NATS cluster)")
 	f.BoolVar(&o.ticker, "ticker", false, "compete for the world's Ticker lease and append the tick markers while holding it")
+	f.BoolVar(&o.lineage, "lineage", true, "record the owned sectors' lineage in the world's shared lineage store on NATS (broadside-lineage), which front ends answer lineage queries from")
 	f.BoolVar(&o.standby, "standby", false, "run a hot copy of every sector this worker does not own (no lease, no publishing): a takeover then starts from it, without restoring and replaying")
 	f.Uint64Var(&o.minInterval, "min-snapshot-interval", 10, "least ticks between two snapshots of a sector")
 	f.Int32Var(&o.worldSize, "world-size", 4000, "width and height of the sea in metres (as serve)")
@@ -128,6 +131,10 @@ func runSector(ctx context.Context, out io.Writer, o sectorOptions) error {
 	if err != nil {
 		return err
 	}
+	lin, err := natsworld.OpenWorkerLineage(ctx, js, o.lineage, natsworld.LineageStoreConfig{World: o.world, Replicas: o.replicas, KindNames: game.KindNames})
+	if err != nil {
+		return err
+	}
 	var tickerLeases *natsworld.Leases
 	if o.ticker {
 		if tickerLeases, err = natsworld.OpenTickerLeases(ctx, js, natsworld.LeasesConfig{World: o.world, Worker: o.worker, TTL: o.tickerTTL, Replicas: o.replicas}); err != nil {
@@ -139,7 +146,7 @@ func runSector(ctx context.Context, out io.Writer, o sectorOptions) error {
 		return err
 	}
 	defer closeLog()
-	w, err := natsworld.NewWorker(natsworld.WorkerConfig{World: o.world, Game: game, Log: logc, Leases: leases, Snapshots: snaps,
+	w, err := natsworld.NewWorker(natsworld.WorkerConfig{World: o.world, Game: game, Log: logc, Leases: leases, Snapshots: snaps, Lineage: lin,
 		Publisher: nc, Ticker: o.ticker, TickerLeases: tickerLeases, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
 		Policy: snapshot.Policy{MinInterval: o.minInterval}})
 	if err != nil {

@@ -263,9 +263,12 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	var storing world.StoringCheck
 	adminHandlers := worldHandlers(worldRef.Load, world.ExportConfig{Log: exportLog, BytesPerSecond: o.exportRate}, storing.Err)
 	var feRef atomic.Pointer[natsworld.FrontEndNode]
-	if o.worldURL != "" { // a front end: its own readiness and status
+	if o.worldURL != "" { // a front end: its own readiness, status and hashes, lineage from the shared store
 		adminHandlers["/readyz"] = natsworld.FrontEndReadyHandler(feRef.Load, storing.Err)
 		adminHandlers["/world"] = natsworld.FrontEndStatusHandler(feRef.Load)
+		adminHandlers["/world/hashes"] = natsworld.FrontEndHashesHandler(feRef.Load)
+		feLineage := func() (lineage.Store, func()) { return feRef.Load().LineageStore() }
+		adminHandlers["/lineage"], adminHandlers["/lineage/store/"] = lineageHandler(feLineage), lineage.StoreHandler(feLineage)
 	}
 	if err := addViewer(adminHandlers, o, secret); err != nil {
 		return err
@@ -309,7 +312,9 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	frames.OnApplied(srv.NoteApplied)
 	beforePut, beforeGet := o.hooks()
 	var running *world.World
+	recID := uint32(world.DefaultID) // the world's id in a recording
 	if o.worldURL != "" {
+		recID = o.worldID
 		node, stopFE, err := startFrontEnd(ctx, out, o, worldc, game.Shards, frames, srv.Publish, log)
 		if err != nil {
 			return err
@@ -325,15 +330,16 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		worldRef.Store(running)
 	}
 	var rec *world.Recording
-	if o.record != "" && running != nil {
+	if o.record != "" { // from the log, by runners of its own (on a front end too: it has the log)
 		var seg string
 		signer, err := loadSigner(o.signKey)
-		if err != nil {
-			running.Stop(context.Background())
-			return err
+		if err == nil {
+			rec, seg, err = world.StartSegmentRecording(ctx, o.record, game, recID, worldc, bsr.RecordConfig{Logger: quietLogger(), Signer: signer})
 		}
-		if rec, seg, err = world.StartSegmentRecording(ctx, o.record, game, world.DefaultID, worldc, bsr.RecordConfig{Logger: quietLogger(), Signer: signer}); err != nil {
-			running.Stop(context.Background())
+		if err != nil {
+			if running != nil {
+				running.Stop(context.Background())
+			}
 			return err
 		}
 		fmt.Fprintf(out, "recording the match to %s\n", seg)
@@ -361,7 +367,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err := srv.Drain(dctx); err != nil {
 		log.Warn("drain", "err", err)
 	}
-	var final uint64 // a front end's: 0 (its workers snapshot their sectors)
+	final := frames.Latest() // a front end's: the last tick assembled (its workers snapshot their sectors)
 	if running != nil {
 		if final, err = running.Stop(dctx); err != nil {
 			log.Warn("final snapshot", "err", err)
@@ -389,9 +395,6 @@ func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog 
 	if !o.useLog {
 		return nil, nil, errors.New("--world needs the world's command log: --log and its log- flags (as the workers')")
 	}
-	if o.record != "" {
-		return nil, nil, errors.New("--record is not supported with --world yet")
-	}
 	connOpts, err := o.worldNATS.connOptions()
 	if err != nil {
 		return nil, nil, err
@@ -403,16 +406,14 @@ func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog 
 	host, _ := os.Hostname()
 	node, err = natsworld.StartFrontEndNode(ctx, natsworld.FrontEndNodeConfig{World: o.worldID, Sectors: sectors, Frames: frames, Conn: nc,
 		OnFrame: publish, Logger: log, Ticker: o.worldTicker, TickerID: fmt.Sprintf("fe-%s-%d", sanitizeID(host), os.Getpid()),
-		Log: worldLog, Rate: broadside.TickRate, Replicas: o.worldReplicas})
+		Log: worldLog, Rate: broadside.TickRate, Replicas: o.worldReplicas, Lineage: true})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
 	fmt.Fprintf(out, "front end of world %d: frames of its %d sectors from %s (no sector runs here)\n", o.worldID, sectors, natsworld.SectorsSubject(o.worldID))
 	return node, func() {
-		st := node.Stop()
-		fmt.Fprintf(out, "front end: %d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad), latest %d, frame latency p50/p99/max %v/%v/%v\n",
-			st.Ticks, st.Filled, st.Late, st.Stale, st.Bad, st.Latest, st.LatencyP50.Round(time.Microsecond), st.LatencyP99.Round(time.Microsecond), st.LatencyMax.Round(time.Microsecond))
+		fmt.Fprintf(out, "front end: %s\n", node.Stop())
 		nc.Close()
 	}, nil
 }

@@ -3,6 +3,7 @@ package natsworld
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -70,6 +71,14 @@ type FrontEndStats struct {
 	// owners of a hand-over disagreeing: a determinism failure); the
 	// first hash is the one kept.
 	HashConflicts uint64
+}
+
+// String says what the stats count, in one line ('serve --world' prints
+// it when it stops, and the process tests read it).
+func (st FrontEndStats) String() string {
+	return fmt.Sprintf("%d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad, %d hash conflicts), latest %d, frame latency p50/p99/max %v/%v/%v",
+		st.Ticks, st.Filled, st.Late, st.Stale, st.Bad, st.HashConflicts, st.Latest,
+		st.LatencyP50.Round(time.Microsecond), st.LatencyP99.Round(time.Microsecond), st.LatencyMax.Round(time.Microsecond))
 }
 
 // latencyWindow is how many recent ticks' latencies Stats reports on.

@@ -74,6 +74,21 @@ func OpenLineageStore(ctx context.Context, js jetstream.JetStream, cfg LineageSt
 	return s, nil
 }
 
+// OpenWorkerLineage returns what a sector worker gives as
+// WorkerConfig.Lineage: the shared lineage store of cfg.World when on
+// (OpenLineageStore; give the game's KindNames), else nil (the worker
+// then records no lineage).
+func OpenWorkerLineage(ctx context.Context, js jetstream.JetStream, on bool, cfg LineageStoreConfig) (lineage.Store, error) {
+	if !on {
+		return nil, nil
+	}
+	s, err := OpenLineageStore(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // rangeKey names a range ("r") or its description ("i").
 func (s *LineageStore) rangeKey(kind string, shard lineage.ShardID, first uint64) string {
 	return fmt.Sprintf("%s.%s.%d.%020d", kind, s.world, shard, first)

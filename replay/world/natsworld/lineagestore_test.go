@@ -137,3 +137,29 @@ func TestLineageStore(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 }
+
+// TestOpenWorkerLineage: off, a worker gets no store (a nil interface,
+// not a nil *LineageStore it would write to); on, the shared store with
+// the game's kind names, which a reader opened without them sees.
+func TestOpenWorkerLineage(t *testing.T) {
+	js := startNATS(t)
+	ctx := ctxT(t)
+	if s, err := OpenWorkerLineage(ctx, js(), false, LineageStoreConfig{World: 1}); s != nil || err != nil {
+		t.Fatalf("off: %v, %v", s, err)
+	}
+	names := map[uint8]string{1: "move", 7: "fire"}
+	if _, err := OpenWorkerLineage(ctx, js(), true, LineageStoreConfig{World: 1, KindNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := OpenLineageStore(ctx, js(), LineageStoreConfig{World: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := lineage.KindNames(ctx, reader)
+	if err != nil || len(got) != 2 || got[7] != "fire" {
+		t.Fatalf("kind names %v, %v", got, err)
+	}
+	if _, err := OpenWorkerLineage(ctx, js(), true, LineageStoreConfig{}); err == nil {
+		t.Fatal("world 0 opened")
+	}
+}

@@ -84,6 +84,9 @@ func TestFrontEndsRealProcesses(t *testing.T) {
 	if _, err := natsworld.OpenSnapshotStore(ctx, js, natsworld.SnapshotStoreConfig{World: 1, Replicas: 1}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := natsworld.OpenLineageStore(ctx, js, natsworld.LineageStoreConfig{World: 1, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
 
 	ids := []msg.NodeID{1, 2, 3, 101, 102}
 	var parts []string

@@ -228,6 +228,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if _, err := natsworld.OpenSnapshotStore(ctx, js, natsworld.SnapshotStoreConfig{World: World, Replicas: 3}); err != nil {
 		return c, err
 	}
+	if _, err := natsworld.OpenLineageStore(ctx, js, natsworld.LineageStoreConfig{World: World, Replicas: 3}); err != nil {
+		return c, err
+	}
 
 	// The log cluster.
 	udp, err := freePorts("udp", len(LogNodes)+cfg.FrontEnds)

@@ -56,8 +56,8 @@ type FrontEndNode struct {
 	cfg    FrontEndNodeConfig
 	fe     *FrontEnd
 	leases *Leases
-	ticker *Leases // the Ticker's lease bucket
-	lin    *LineageStore
+	ticker *Leases                      // the Ticker's lease bucket
+	lin    atomic.Pointer[LineageStore] // once opened
 	cancel context.CancelFunc
 	done   chan struct{}
 	// lastTick is when the newest tick was assembled (Unix nanoseconds).
@@ -108,15 +108,18 @@ func StartFrontEndNode(ctx context.Context, cfg FrontEndNodeConfig) (*FrontEndNo
 	if n.ticker, err = OpenTickerLeases(ctx, js, LeasesConfig{World: cfg.World, Worker: id, Replicas: cfg.Replicas}); err != nil {
 		return nil, err
 	}
-	if cfg.Lineage {
-		if n.lin, err = OpenLineageStore(ctx, js, LineageStoreConfig{World: cfg.World, Replicas: cfg.Replicas}); err != nil {
-			return nil, err
-		}
-	}
 	fctx, cancel := context.WithCancel(ctx)
 	n.cancel = cancel
 	go func() {
 		defer close(n.done)
+		ldone := make(chan struct{})
+		go func() {
+			defer close(ldone)
+			if cfg.Lineage {
+				n.openLineage(fctx, js)
+			}
+		}()
+		defer func() { <-ldone }()
 		tdone := make(chan struct{})
 		go func() {
 			defer close(tdone)
@@ -134,21 +137,45 @@ func StartFrontEndNode(ctx context.Context, cfg FrontEndNodeConfig) (*FrontEndNo
 func (n *FrontEndNode) Stop() FrontEndStats {
 	n.cancel()
 	<-n.done
-	if n.lin != nil {
-		n.lin.Close()
+	if l := n.lin.Load(); l != nil {
+		l.Close()
 	}
 	return n.fe.Stats()
 }
 
+// openLineage opens the shared lineage store, retrying every second
+// until it opens or ctx ends: the players' front end does not wait for an
+// admin feature (several processes creating a replicated bucket at once
+// can stall each other for seconds), and its lineage queries answer 503
+// meanwhile.
+func (n *FrontEndNode) openLineage(ctx context.Context, js jetstream.JetStream) {
+	for {
+		s, err := OpenLineageStore(ctx, js, LineageStoreConfig{World: n.cfg.World, Replicas: n.cfg.Replicas})
+		if err == nil {
+			n.lin.Store(s)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n.cfg.Logger.Warn("front end: lineage store (retrying)", "err", err)
+		sleep(ctx, time.Second)
+	}
+}
+
 // LineageStore returns the world's shared lineage store (nil without
-// FrontEndNodeConfig.Lineage; closed once the node stopped), read-write
+// FrontEndNodeConfig.Lineage, or until it opened; closed once the node
+// stopped), read-write
 // as every LineageStore is: the admin endpoints only read it. release is
 // a no-op (it matches World.LineageStore).
 func (n *FrontEndNode) LineageStore() (s lineage.Store, release func()) {
-	if n == nil || n.lin == nil {
+	if n == nil {
 		return nil, func() {}
 	}
-	return n.lin, func() {}
+	if l := n.lin.Load(); l != nil {
+		return l, func() {}
+	}
+	return nil, func() {}
 }
 
 // Tick returns the newest tick assembled (world.HashSource).

@@ -417,6 +417,9 @@ func checkFrontEnd(t *testing.T, ctx context.Context, fe *FrontEndNode, want map
 
 	store, release := fe.LineageStore()
 	defer release()
+	if store == nil {
+		t.Fatal("the front end has no lineage store")
+	}
 	got, err := lineage.LoadIndex(ctx, store)
 	if err != nil {
 		t.Fatal(err)

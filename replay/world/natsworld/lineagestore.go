@@ -148,6 +148,15 @@ func (s *LineageStore) ranges(ctx context.Context, prefix string) ([]lineage.Ran
 	return out, nil
 }
 
+// shardRanges returns the descriptions of shard's ranges (Ranges, one
+// shard's).
+func (s *LineageStore) shardRanges(ctx context.Context, shard lineage.ShardID) ([]lineage.RangeInfo, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	return s.ranges(ctx, fmt.Sprintf("i.%s.%d.", s.world, shard))
+}
+
 // GetRange implements lineage.Store.
 func (s *LineageStore) GetRange(ctx context.Context, shard lineage.ShardID, firstTick uint64) ([]byte, error) {
 	if err := s.check(ctx); err != nil {

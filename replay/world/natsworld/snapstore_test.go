@@ -3,6 +3,7 @@ package natsworld
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/anoptic/broadside/replay/snapshot"
@@ -68,5 +69,43 @@ func TestSnapshotStore(t *testing.T) {
 	s.Close()
 	if _, err := s.List(ctx, 2); !errors.Is(err, snapshot.ErrClosed) {
 		t.Fatalf("after close: %v", err)
+	}
+}
+
+// TestBoundedStore: a restore bounded by the shared lineage's last tick
+// lists only the snapshots at or before it; when there is none, all of
+// them (not a replay from the start), unless strict.
+func TestBoundedStore(t *testing.T) {
+	ctx := ctxT(t)
+	m := snapshot.NewMemStore()
+	for _, tick := range []uint64{10, 20, 30} {
+		if err := m.Put(ctx, testMeta(1, tick, 1), []byte{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ticks := func(s snapshot.Store) []uint64 {
+		t.Helper()
+		metas, err := s.List(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint64
+		for _, m := range metas {
+			out = append(out, m.Tick)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		s    boundedStore
+		want string
+	}{
+		{boundedStore{Store: m, max: 25}, "[10 20]"},
+		{boundedStore{Store: m, max: 30}, "[10 20 30]"},
+		{boundedStore{Store: m, max: 5}, "[10 20 30]"},
+		{boundedStore{Store: m, max: 5, strict: true}, "[]"},
+	} {
+		if got := fmt.Sprint(ticks(c.s)); got != c.want {
+			t.Fatalf("bounded by %d (strict %v): %s, want %s", c.s.max, c.s.strict, got, c.want)
+		}
 	}
 }

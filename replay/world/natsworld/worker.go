@@ -123,6 +123,10 @@ type hotCopy struct {
 	// them, so that players miss no tick stepped between the previous
 	// owner's last frame and the takeover.
 	recent []SectorFrame
+	// local keeps the copy's own snapshots (with WorkerConfig.Lineage):
+	// a takeover starts from one at or before the shared lineage's last
+	// tick, so that the ticks after it are recorded again.
+	local snapshot.Store
 }
 
 // hotFrames is how many recent frames a hot copy keeps (4 s at 30 Hz).
@@ -133,6 +137,7 @@ type hotState struct {
 	sim    replay.TableSim
 	cp     replay.Checkpoint
 	recent []SectorFrame
+	local  snapshot.Store // the copy's own snapshots (nil without lineage)
 }
 
 type sectorRun struct {
@@ -260,7 +265,7 @@ func stopHot(hc *hotCopy) *hotState {
 	if !slices.ContainsFunc(cp.Fences, func(f snapshot.Fence) bool { return f.Shard == r.Shard() && f.Epoch != 0 }) {
 		return nil
 	}
-	return &hotState{sim: sim, cp: cp, recent: hc.recent}
+	return &hotState{sim: sim, cp: cp, recent: hc.recent, local: hc.local}
 }
 
 // runStandby keeps a hot copy of every sector this worker does not own.
@@ -315,8 +320,13 @@ func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 		}
 		return
 	}
+	var local *replay.SnapshotConfig
+	if w.cfg.Lineage != nil {
+		hc.local = snapshot.NewMemStore()
+		local = &replay.SnapshotConfig{Store: hc.local, Policy: w.cfg.Policy, KeepChains: 2}
+	}
 	r, err := replay.NewRunner(replay.RunnerConfig{World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1),
-		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger,
+		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger, Snapshots: local,
 		Observer: func(info replay.TickInfo) {
 			f := SectorFrame{World: w.cfg.World, Sector: s, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash}
 			f.Applied = appliedOf(info, nil)
@@ -381,6 +391,9 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	type restored struct {
 		res replay.Restored
 		err error
+	}
+	if hot != nil && w.cfg.Lineage != nil {
+		hot = w.rewindHot(ctx, s, hot)
 	}
 	var prefetch chan restored
 	var pwg sync.WaitGroup
@@ -469,8 +482,24 @@ func (w *Worker) sectorStore(sector uint32, epoch uint64) fencedStore {
 // restore restores sector from the shared store and drops the snapshots
 // newer than the one restored: they were not usable (a previous owner
 // died writing them), and no chain may mix owners.
+//
+// With lineage, it restores from a snapshot at or before the last tick
+// the shared lineage store holds of the sector (if there is one): the
+// previous owner flushed its lineage at most LineageFlushTicks before its
+// newest snapshot, and the ticks in between must be recorded again, not
+// left empty.
 func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) (replay.Restored, error) {
-	res, err := replay.RestoreShard(ctx, store, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
+	var src snapshot.Store = store
+	if w.cfg.Lineage != nil {
+		last, err := w.lineageTail(ctx, sector)
+		if err != nil {
+			return replay.Restored{}, err
+		}
+		if last > 0 {
+			src = boundedStore{Store: store, max: last}
+		}
+	}
+	res, err := replay.RestoreShard(ctx, src, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
 	if err != nil {
 		return replay.Restored{}, err
 	}
@@ -686,6 +715,80 @@ type fencedStore struct {
 
 // errNotOwner refuses a write of a sector whose lease is not valid.
 var errNotOwner = errors.New("natsworld: write refused: the sector's lease is not valid")
+
+// lineageTail returns the newest tick of sector the shared lineage store
+// holds (0: none).
+func (w *Worker) lineageTail(ctx context.Context, sector uint32) (uint64, error) {
+	var infos []lineage.RangeInfo
+	var err error
+	if ls, ok := w.cfg.Lineage.(*LineageStore); ok {
+		infos, err = ls.shardRanges(ctx, lineage.ShardID(sector))
+	} else {
+		infos, err = w.cfg.Lineage.Ranges(ctx)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("natsworld: sector %d: the shared lineage's last tick: %w", sector, err)
+	}
+	var last uint64
+	for _, in := range infos {
+		if uint32(in.Shard) == sector {
+			last = max(last, in.LastTick)
+		}
+	}
+	return last, nil
+}
+
+// rewindHot returns where a takeover from hot starts, with lineage: hot
+// itself if it is not past the shared lineage's last tick of sector s,
+// else the copy's own newest snapshot at or before that tick (its state
+// then steps the ticks in between again, recording their lineage). It
+// returns nil (restore from the shared store) if there is none usable.
+func (w *Worker) rewindHot(ctx context.Context, s uint32, hot *hotState) *hotState {
+	last, err := w.lineageTail(ctx, s)
+	switch {
+	case err != nil:
+		w.log.Warn("standby: the shared lineage's last tick unknown; restoring from the shared store", "sector", s, "err", err)
+		return nil
+	case last == 0 || hot.cp.Tick <= last:
+		return hot
+	case hot.local == nil:
+		return nil
+	}
+	res, err := replay.RestoreShard(ctx, boundedStore{Store: hot.local, max: last, strict: true}, nil, s,
+		func() (replay.TableSim, error) { return w.cfg.Game.NewSim(s) })
+	if err != nil || res.Tip == nil || !slices.ContainsFunc(res.Start.Fences, func(f snapshot.Fence) bool { return f.Shard == s && f.Epoch != 0 }) {
+		return nil // no local snapshot at or before it, or one from before the copy read a claim of the sector
+	}
+	return &hotState{sim: res.Sim, cp: res.Start, recent: hot.recent}
+}
+
+// boundedStore is a snapshot store whose List leaves out the snapshots
+// after tick max: a restore from it starts at max at the latest. Unless
+// strict, it lists them all when none is at or before max (a lineage gap
+// rather than a replay of the world from its start).
+type boundedStore struct {
+	snapshot.Store
+	max    uint64
+	strict bool
+}
+
+// List implements snapshot.Store.
+func (s boundedStore) List(ctx context.Context, shard uint32) ([]snapshot.Meta, error) {
+	metas, err := s.Store.List(ctx, shard)
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshot.Meta
+	for _, m := range metas {
+		if m.Tick <= s.max {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 && !s.strict {
+		return metas, nil
+	}
+	return out, nil
+}
 
 // fencedLineage is the shared lineage store as a sector's owner sees it:
 // writes and deletions only while its lease is valid (a stale owner's

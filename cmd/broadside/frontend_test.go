@@ -325,6 +325,14 @@ loop:
 	}
 	t.Logf("lineage why --server (front end A):\n%s", whyServer)
 	feHashes := fetchHashes(t, adminA)
+	// The log export through A's admin address makes a recording that
+	// verifies.
+	exported := filepath.Join(dir, "fe-A-export.bsr")
+	for _, args := range [][]string{{"replay", "export", "--server", adminA, "-o", exported, "--no-progress"}, {"replay", "verify", exported, "--no-progress"}} {
+		if b, err := exec_(ctx, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, b)
+		}
+	}
 	// The front ends stop on SIGINT and say what they assembled; one of
 	// them ticked the world (no worker competes for the Ticker's lease).
 	var feLines []string
@@ -386,7 +394,7 @@ loop:
 	if sameHashes < 3*int(lastTick-firstTick) { // 4 sectors; a takeover's late frames may be lost
 		t.Fatalf("%d of front end A's hashes checked against its recording (ticks %d..%d of %d sectors)", sameHashes, firstTick, lastTick, 4)
 	}
-	feLines = append(feLines, fmt.Sprintf("A's /world/hashes equal its recording's at %d sector-ticks, lineage why --server equals the recording's", sameHashes))
+	feLines = append(feLines, fmt.Sprintf("A's /world/hashes equal its recording's at %d sector-ticks, lineage why --server equals the recording's, its log export verifies", sameHashes))
 	fmt.Printf("frontend: 2 workers, 2 front ends (%s): bots on A sent %d, acked %d, applied %d, %.1f updates/s; a player on B saw ticks %d..%d in %d updates, the bots' %d ships, its command acked and applied; worker w2 SIGKILLed: ticks %d..%d in the next 3 s, longest wait for an update %v\n",
 		strings.Join(feLines, "; "), rep.Sent, rep.Acked, rep.Applied, rep.UpdatesPerSec, firstTick, loopTick, updates, sawOthers, killTick, lastTick, maxGap.Round(time.Millisecond))
 }

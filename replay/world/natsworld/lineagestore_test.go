@@ -163,3 +163,37 @@ func TestOpenWorkerLineage(t *testing.T) {
 		t.Fatal("world 0 opened")
 	}
 }
+
+// TestLineageTail: the newest tick the shared store holds of a sector,
+// which bounds a takeover's restore (Worker.restore), counts that
+// sector's ranges only.
+func TestLineageTail(t *testing.T) {
+	js := startNATS(t)
+	ctx := ctxT(t)
+	s, err := OpenLineageStore(ctx, js(), LineageStoreConfig{World: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][3]uint64{{1, 0, 1}, {1, 128, 200}, {2, 256, 900}, {12, 0, 5}} {
+		info, b := lineageRange(t, lineage.ShardID(r[0]), r[1], 40, r[2])
+		if err := s.PutRange(ctx, info, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &Worker{cfg: WorkerConfig{Lineage: s}}
+	for sector, want := range map[uint32]uint64{1: 167, 2: 295, 3: 0, 12: 39} {
+		if got, err := w.lineageTail(ctx, sector); err != nil || got != want {
+			t.Fatalf("sector %d: tail %d, %v; want %d", sector, got, err, want)
+		}
+	}
+	// Any lineage.Store answers too (through Ranges).
+	mem := lineage.NewMemStore()
+	info, b := lineageRange(t, 2, 256, 10, 1)
+	if err := mem.PutRange(ctx, info, b); err != nil {
+		t.Fatal(err)
+	}
+	w = &Worker{cfg: WorkerConfig{Lineage: mem}}
+	if got, err := w.lineageTail(ctx, 2); err != nil || got != 265 {
+		t.Fatalf("memory store: tail %d, %v", got, err)
+	}
+}

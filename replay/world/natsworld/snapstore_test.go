@@ -74,12 +74,19 @@ func TestSnapshotStore(t *testing.T) {
 
 // TestBoundedStore: a restore bounded by the shared lineage's last tick
 // lists only the snapshots at or before it; when there is none, all of
-// them (not a replay from the start), unless strict.
+// them (not a long replay from the start), unless the bound is near the
+// start or strict.
 func TestBoundedStore(t *testing.T) {
 	ctx := ctxT(t)
 	m := snapshot.NewMemStore()
-	for _, tick := range []uint64{10, 20, 30} {
+	for _, tick := range []uint64{10, 20, 30, 2000, 3000} {
 		if err := m.Put(ctx, testMeta(1, tick, 1), []byte{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	late := snapshot.NewMemStore() // snapshots only long after the bound
+	for _, tick := range []uint64{2000, 3000} {
+		if err := late.Put(ctx, testMeta(1, tick, 1), []byte{1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,8 +108,11 @@ func TestBoundedStore(t *testing.T) {
 	}{
 		{boundedStore{Store: m, max: 25}, "[10 20]"},
 		{boundedStore{Store: m, max: 30}, "[10 20 30]"},
-		{boundedStore{Store: m, max: 5}, "[10 20 30]"},
+		{boundedStore{Store: m, max: 2500}, "[10 20 30 2000]"},
+		{boundedStore{Store: m, max: 5}, "[]"}, // near the start: replay it all
 		{boundedStore{Store: m, max: 5, strict: true}, "[]"},
+		{boundedStore{Store: late, max: 1500}, "[2000 3000]"}, // a gap, not a replay of 1500 ticks
+		{boundedStore{Store: late, max: 1500, strict: true}, "[]"},
 	} {
 		if got := fmt.Sprint(ticks(c.s)); got != c.want {
 			t.Fatalf("bounded by %d (strict %v): %s, want %s", c.s.max, c.s.strict, got, c.want)

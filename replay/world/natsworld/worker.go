@@ -538,8 +538,10 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 	var buf []byte
 	var applied []Applied
 	rec := lineage.Nop
+	var lin *lineage.Log
+	flushed := false // this owner's first tick's lineage
 	if w.cfg.Lineage != nil {
-		lin := lineage.NewLog(lineage.LogOptions{Store: fencedLineage{Store: w.cfg.Lineage, valid: valid}, Background: true})
+		lin = lineage.NewLog(lineage.LogOptions{Store: fencedLineage{Store: w.cfg.Lineage, valid: valid}, Background: true})
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
@@ -556,6 +558,15 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		Observer: func(info replay.TickInfo) {
 			if !valid() {
 				return // paused past the lease: publish nothing
+			}
+			if lin != nil && !flushed {
+				// Where this owner's lineage begins goes out at once: a
+				// successor's restore is bounded by it (restore), even if
+				// this owner dies before its first snapshot.
+				flushed = true
+				if err := lin.Flush(ctx); err != nil {
+					w.log.Debug("lineage: first flush", "sector", s, "err", err)
+				}
 			}
 			f := SectorFrame{World: w.cfg.World, Sector: s, Epoch: epoch, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash,
 				Published: time.Now().UnixNano()}
@@ -763,14 +774,20 @@ func (w *Worker) rewindHot(ctx context.Context, s uint32, hot *hotState) *hotSta
 }
 
 // boundedStore is a snapshot store whose List leaves out the snapshots
-// after tick max: a restore from it starts at max at the latest. Unless
-// strict, it lists them all when none is at or before max (a lineage gap
-// rather than a replay of the world from its start).
+// after tick max: a restore from it starts at max at the latest. When
+// none is at or before max, it lists nothing (a replay from the world's
+// start) if max is under freshReplayTicks or strict, else all of them (a
+// lineage gap rather than a long replay).
 type boundedStore struct {
 	snapshot.Store
 	max    uint64
 	strict bool
 }
+
+// freshReplayTicks is the lineage tail under which a takeover rather
+// replays the world from its start than leaves a lineage gap (about half
+// a minute of play: a fraction of a second to replay).
+const freshReplayTicks = 1024
 
 // List implements snapshot.Store.
 func (s boundedStore) List(ctx context.Context, shard uint32) ([]snapshot.Meta, error) {
@@ -784,7 +801,7 @@ func (s boundedStore) List(ctx context.Context, shard uint32) ([]snapshot.Meta, 
 			out = append(out, m)
 		}
 	}
-	if len(out) == 0 && !s.strict {
+	if len(out) == 0 && !s.strict && s.max >= freshReplayTicks {
 		return metas, nil
 	}
 	return out, nil

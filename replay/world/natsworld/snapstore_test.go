@@ -73,23 +73,22 @@ func TestSnapshotStore(t *testing.T) {
 }
 
 // TestBoundedStore: a restore bounded by the shared lineage's last tick
-// lists only the snapshots at or before it; when there is none, all of
-// them (not a long replay from the start), unless the bound is near the
-// start or strict.
+// lists only the snapshots at or before it; when there is none, nothing
+// in a young world (a replay from the start) and all of them in an older
+// one (a lineage gap rather than a long replay), unless strict.
 func TestBoundedStore(t *testing.T) {
 	ctx := ctxT(t)
-	m := snapshot.NewMemStore()
-	for _, tick := range []uint64{10, 20, 30, 2000, 3000} {
-		if err := m.Put(ctx, testMeta(1, tick, 1), []byte{1}); err != nil {
-			t.Fatal(err)
+	store := func(ticks ...uint64) snapshot.Store {
+		m := snapshot.NewMemStore()
+		for _, tick := range ticks {
+			if err := m.Put(ctx, testMeta(1, tick, 1), []byte{1}); err != nil {
+				t.Fatal(err)
+			}
 		}
+		return m
 	}
-	late := snapshot.NewMemStore() // snapshots only long after the bound
-	for _, tick := range []uint64{2000, 3000} {
-		if err := late.Put(ctx, testMeta(1, tick, 1), []byte{1}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	young, old := store(10, 20, 30), store(10, 20, 30, 2000, 3000)
+	late := store(2000, 3000) // snapshots only long after the bound
 	ticks := func(s snapshot.Store) []uint64 {
 		t.Helper()
 		metas, err := s.List(ctx, 1)
@@ -106,11 +105,13 @@ func TestBoundedStore(t *testing.T) {
 		s    boundedStore
 		want string
 	}{
-		{boundedStore{Store: m, max: 25}, "[10 20]"},
-		{boundedStore{Store: m, max: 30}, "[10 20 30]"},
-		{boundedStore{Store: m, max: 2500}, "[10 20 30 2000]"},
-		{boundedStore{Store: m, max: 5}, "[]"}, // near the start: replay it all
-		{boundedStore{Store: m, max: 5, strict: true}, "[]"},
+		{boundedStore{Store: young, max: 25}, "[10 20]"},
+		{boundedStore{Store: young, max: 30}, "[10 20 30]"},
+		{boundedStore{Store: young, max: 5}, "[]"}, // a young world: replay it all
+		{boundedStore{Store: young, max: 0}, "[]"},
+		{boundedStore{Store: old, max: 2500}, "[10 20 30 2000]"},
+		{boundedStore{Store: old, max: 5}, "[10 20 30 2000 3000]"},
+		{boundedStore{Store: old, max: 5, strict: true}, "[]"},
 		{boundedStore{Store: late, max: 1500}, "[2000 3000]"}, // a gap, not a replay of 1500 ticks
 		{boundedStore{Store: late, max: 1500, strict: true}, "[]"},
 	} {

@@ -495,9 +495,7 @@ func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) 
 		if err != nil {
 			return replay.Restored{}, err
 		}
-		if last > 0 {
-			src = boundedStore{Store: store, max: last}
-		}
+		src = boundedStore{Store: store, max: last}
 	}
 	res, err := replay.RestoreShard(ctx, src, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
 	if err != nil {
@@ -760,10 +758,12 @@ func (w *Worker) rewindHot(ctx context.Context, s uint32, hot *hotState) *hotSta
 	case err != nil:
 		w.log.Warn("standby: the shared lineage's last tick unknown; restoring from the shared store", "sector", s, "err", err)
 		return nil
-	case last == 0 || hot.cp.Tick <= last:
+	case hot.cp.Tick <= last:
 		return hot
-	case hot.local == nil:
-		return nil
+	case last == 0 && hot.cp.Tick >= freshReplayTicks:
+		return hot // no lineage of the sector yet, late in the world: it begins here
+	case hot.local == nil || last == 0:
+		return nil // a young world: the restore replays it from the start
 	}
 	res, err := replay.RestoreShard(ctx, boundedStore{Store: hot.local, max: last, strict: true}, nil, s,
 		func() (replay.TableSim, error) { return w.cfg.Game.NewSim(s) })
@@ -776,17 +776,18 @@ func (w *Worker) rewindHot(ctx context.Context, s uint32, hot *hotState) *hotSta
 // boundedStore is a snapshot store whose List leaves out the snapshots
 // after tick max: a restore from it starts at max at the latest. When
 // none is at or before max, it lists nothing (a replay from the world's
-// start) if max is under freshReplayTicks or strict, else all of them (a
-// lineage gap rather than a long replay).
+// start) if the newest is under freshReplayTicks or strict, else all of
+// them (a lineage gap rather than a long replay).
 type boundedStore struct {
 	snapshot.Store
 	max    uint64
 	strict bool
 }
 
-// freshReplayTicks is the lineage tail under which a takeover rather
-// replays the world from its start than leaves a lineage gap (about half
-// a minute of play: a fraction of a second to replay).
+// freshReplayTicks is the age of a world (its newest snapshot's tick)
+// under which a takeover rather replays it from its start than leaves a
+// lineage gap (about half a minute of play: a fraction of a second to
+// replay).
 const freshReplayTicks = 1024
 
 // List implements snapshot.Store.
@@ -801,7 +802,7 @@ func (s boundedStore) List(ctx context.Context, shard uint32) ([]snapshot.Meta, 
 			out = append(out, m)
 		}
 	}
-	if len(out) == 0 && !s.strict && s.max >= freshReplayTicks {
+	if len(out) == 0 && !s.strict && slices.ContainsFunc(metas, func(m snapshot.Meta) bool { return m.Tick >= freshReplayTicks }) {
 		return metas, nil
 	}
 	return out, nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/anoptic/broadside/lineage"
 )
@@ -195,5 +196,42 @@ func TestLineageTail(t *testing.T) {
 	w = &Worker{cfg: WorkerConfig{Lineage: mem}}
 	if got, err := w.lineageTail(ctx, 2); err != nil || got != 265 {
 		t.Fatalf("memory store: tail %d, %v", got, err)
+	}
+}
+
+// flakyLineage fails its first fails puts.
+type flakyLineage struct {
+	lineage.Store
+	fails, puts int
+}
+
+func (f *flakyLineage) PutRange(ctx context.Context, info lineage.RangeInfo, b []byte) error {
+	f.puts++
+	if f.puts <= f.fails {
+		return errors.New("nats: timeout")
+	}
+	return f.Store.PutRange(ctx, info, b)
+}
+
+// TestFencedLineageRetries: an owner's range write that fails, or meets
+// the lease invalid for a moment (a late renewal), goes out once it can;
+// one whose lease never comes back is refused when ctx ends.
+func TestFencedLineageRetries(t *testing.T) {
+	ctx := ctxT(t)
+	info, b := lineageRange(t, 1, 0, 10, 1)
+	flaky := &flakyLineage{Store: lineage.NewMemStore(), fails: 2}
+	var checks int
+	valid := func() bool { checks++; return checks != 2 } // invalid once
+	if err := (fencedLineage{Store: flaky, valid: valid}).PutRange(ctx, info, b); err != nil {
+		t.Fatal(err)
+	}
+	if infos, _ := flaky.Ranges(ctx); len(infos) != 1 || flaky.puts != 3 {
+		t.Fatalf("after 2 failures and an invalid moment: %d puts, ranges %v", flaky.puts, infos)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	never := fencedLineage{Store: lineage.NewMemStore(), valid: func() bool { return false }}
+	if err := never.PutRange(cctx, info, b); !errors.Is(err, errNotOwner) {
+		t.Fatalf("a lease never valid again: %v", err)
 	}
 }

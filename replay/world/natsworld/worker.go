@@ -816,12 +816,36 @@ type fencedLineage struct {
 	valid func() bool
 }
 
-// PutRange implements lineage.Store.
+// PutRange implements lineage.Store. A range that does not go out (NATS
+// failing over, the lease not valid for a moment while a renewal is late)
+// is tried again for up to lineageRetry: the lineage log does not write
+// a sealed range twice, and a lost one leaves a gap.
 func (s fencedLineage) PutRange(ctx context.Context, info lineage.RangeInfo, data []byte) error {
-	if !s.valid() {
-		return errNotOwner
+	return s.retry(ctx, func() error { return s.Store.PutRange(ctx, info, data) })
+}
+
+// lineageRetry bounds how long a lineage write is tried again.
+const lineageRetry = 10 * time.Second
+
+// retry runs put while the lease is valid, again after a failure or an
+// invalid moment, with backoff, until it succeeds, ctx ends or
+// lineageRetry has passed (then errNotOwner if the lease was never valid
+// again, else put's error).
+func (s fencedLineage) retry(ctx context.Context, put func() error) error {
+	deadline := time.Now().Add(lineageRetry)
+	backoff := 20 * time.Millisecond
+	for {
+		err := errNotOwner
+		if s.valid() {
+			if err = put(); err == nil {
+				return nil
+			}
+		}
+		if ctx.Err() != nil || time.Now().Add(backoff).After(deadline) || !sleep(ctx, backoff) {
+			return err
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	return s.Store.PutRange(ctx, info, data)
 }
 
 // DeleteBefore implements lineage.Store.
@@ -832,12 +856,9 @@ func (s fencedLineage) DeleteBefore(ctx context.Context, shard lineage.ShardID, 
 	return s.Store.DeleteBefore(ctx, shard, firstTick)
 }
 
-// PutMeta implements lineage.Store.
+// PutMeta implements lineage.Store (tried again as PutRange).
 func (s fencedLineage) PutMeta(ctx context.Context, name string, value []byte) error {
-	if !s.valid() {
-		return errNotOwner
-	}
-	return s.Store.PutMeta(ctx, name, value)
+	return s.retry(ctx, func() error { return s.Store.PutMeta(ctx, name, value) })
 }
 
 // Close implements lineage.Store: the shared store outlives a sector.

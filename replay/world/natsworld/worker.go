@@ -491,11 +491,13 @@ func (w *Worker) sectorStore(sector uint32, epoch uint64) fencedStore {
 func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) (replay.Restored, error) {
 	var src snapshot.Store = store
 	if w.cfg.Lineage != nil {
-		last, err := w.lineageTail(ctx, sector)
-		if err != nil {
-			return replay.Restored{}, err
+		// The sector comes first: without the bound its lineage may miss
+		// (or hold empty) the ticks after the last flush.
+		if last, err := w.lineageTail(ctx, sector); err != nil {
+			w.log.Warn("restore: the shared lineage's last tick unknown; restoring from the newest snapshot", "sector", sector, "err", err)
+		} else {
+			src = boundedStore{Store: store, max: last}
 		}
-		src = boundedStore{Store: store, max: last}
 	}
 	res, err := replay.RestoreShard(ctx, src, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,7 @@ import (
 	"github.com/anoptic/broadside/netcode/client"
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
+	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/anoptic/broadside/replay/world/natsworld"
 )
 
@@ -81,6 +84,9 @@ func TestFrontEndsRealProcesses(t *testing.T) {
 	if _, err := natsworld.OpenSnapshotStore(ctx, js, natsworld.SnapshotStoreConfig{World: 1, Replicas: 1}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := natsworld.OpenLineageStore(ctx, js, natsworld.LineageStoreConfig{World: 1, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
 
 	ids := []msg.NodeID{1, 2, 3, 101, 102}
 	var parts []string
@@ -135,10 +141,17 @@ func TestFrontEndsRealProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	addrs := map[string]string{}
+	// Front end A answers admin queries (lineage from the shared store,
+	// the hashes of its frames) and records the match from the log.
+	adminA, recording := freeTCPAddr(t), filepath.Join(dir, "fe-A.bsr")
 	for _, fe := range []string{"A", "B"} {
 		addrs[fe] = fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
-		start("frontend-"+fe, append(append([]string{"serve", "--dev", "--listen", addrs[fe], "--admin-addr", "", "--tls-dir", tlsDir,
-			"--secret-file", secretFile, "--data", filepath.Join(dir, "fe-"+fe), "--log", "--world", natsURL, "--ticker"}, game...), logFlags...)...)
+		admin := []string{"--admin-addr", ""}
+		if fe == "A" {
+			admin = []string{"--admin-addr", adminA, "--record", recording}
+		}
+		start("frontend-"+fe, append(append(append([]string{"serve", "--dev", "--listen", addrs[fe], "--tls-dir", tlsDir,
+			"--secret-file", secretFile, "--data", filepath.Join(dir, "fe-"+fe), "--log", "--world", natsURL, "--ticker"}, admin...), game...), logFlags...)...)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for _, n := range []string{"frontend-A", "frontend-B"} {
@@ -303,6 +316,23 @@ loop:
 	if rep.Sent == 0 || rep.Acked != rep.Sent || rep.Applied < rep.Acked-int64(4*rep.Bots) || rep.UpdatesPerSec < 20 {
 		t.Fatalf("bots through front end A: sent %d, acked %d, applied %d, %.1f updates/s\n%s", rep.Sent, rep.Acked, rep.Applied, rep.UpdatesPerSec, bo.out)
 	}
+	// Front end A's admin: a lineage query answered from the shared store
+	// (the workers record it there), and the hashes of its frames.
+	whyArgs := []string{"lineage", "why", "--entity", fmt.Sprintf("ship:%d", me), "--tick", fmt.Sprint(loopTick), "--depth", "-1"}
+	whyServer, err := exec_(ctx, append(whyArgs, "--server", "http://"+adminA)...).CombinedOutput()
+	if err != nil || !bytes.Contains(whyServer, []byte("ship:900")) {
+		t.Fatalf("lineage why --server (front end A): %v\n%s", err, whyServer)
+	}
+	t.Logf("lineage why --server (front end A):\n%s", whyServer)
+	feHashes := fetchHashes(t, adminA)
+	// The log export through A's admin address makes a recording that
+	// verifies.
+	exported := filepath.Join(dir, "fe-A-export.bsr")
+	for _, args := range [][]string{{"replay", "export", "--server", adminA, "-o", exported, "--no-progress"}, {"replay", "verify", exported, "--no-progress"}} {
+		if b, err := exec_(ctx, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, b)
+		}
+	}
 	// The front ends stop on SIGINT and say what they assembled; one of
 	// them ticked the world (no worker competes for the Ticker's lease).
 	var feLines []string
@@ -335,6 +365,36 @@ loop:
 	if !ticked {
 		t.Fatal("no front end held the Ticker's lease")
 	}
+	// A's recording (its own runners re-simulating the log) verifies, has
+	// the hashes A published from the workers' frames, and answers the
+	// lineage query as A did from the shared store.
+	if b, err := exec_(ctx, "replay", "verify", recording, "--no-progress").CombinedOutput(); err != nil {
+		t.Fatalf("replay verify %s: %v\n%s", recording, err, b)
+	}
+	whyRec, err := exec_(ctx, append(whyArgs, "--recording", recording)...).CombinedOutput()
+	if err != nil || !bytes.Equal(whyRec, whyServer) {
+		t.Fatalf("lineage why: front end A (shared store) answered\n%s\nthe recording (%v)\n%s", whyServer, err, whyRec)
+	}
+	r, err := bsr.Open(recording)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sameHashes := 0
+	for k, h := range feHashes {
+		if k[0] < r.FirstTick() || k[0] > r.LastTick() {
+			continue
+		}
+		want, err := r.Hash(uint32(k[1]), k[0])
+		if err != nil || want != h {
+			t.Fatalf("tick %d sector %d: front end A published %016x, its recording has %016x (%v)", k[0], k[1], h, want, err)
+		}
+		sameHashes++
+	}
+	if sameHashes < 3*int(lastTick-firstTick) { // 4 sectors; a takeover's late frames may be lost
+		t.Fatalf("%d of front end A's hashes checked against its recording (ticks %d..%d of %d sectors)", sameHashes, firstTick, lastTick, 4)
+	}
+	feLines = append(feLines, fmt.Sprintf("A's /world/hashes equal its recording's at %d sector-ticks, lineage why --server equals the recording's, its log export verifies", sameHashes))
 	fmt.Printf("frontend: 2 workers, 2 front ends (%s): bots on A sent %d, acked %d, applied %d, %.1f updates/s; a player on B saw ticks %d..%d in %d updates, the bots' %d ships, its command acked and applied; worker w2 SIGKILLed: ticks %d..%d in the next 3 s, longest wait for an update %v\n",
 		strings.Join(feLines, "; "), rep.Sent, rep.Acked, rep.Applied, rep.UpdatesPerSec, firstTick, loopTick, updates, sawOthers, killTick, lastTick, maxGap.Round(time.Millisecond))
 }
@@ -358,4 +418,35 @@ func readBotsReport(t *testing.T, path string) bots.Report {
 		t.Fatal(err)
 	}
 	return rep
+}
+
+// fetchHashes returns what GET /world/hashes answers on admin: the hash of
+// each (tick, sector).
+func fetchHashes(t *testing.T, admin string) map[[2]uint64]uint64 {
+	t.Helper()
+	out := map[[2]uint64]uint64{}
+	c := http.Client{Timeout: 5 * time.Second}
+	for from := uint64(1); ; {
+		resp, err := c.Get(fmt.Sprintf("http://%s/world/hashes?from=%d", admin, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("/world/hashes: %s %v\n%s", resp.Status, err, b)
+		}
+		next := from
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var tick, sector, hash, pos uint64
+			if _, err := fmt.Sscanf(l, "%d %d %x %d", &tick, &sector, &hash, &pos); err == nil {
+				out[[2]uint64{tick, sector}] = hash
+				next = max(next, tick+1)
+			}
+		}
+		if next-from < 10000 { // a page short of the most one lists: the newest tick reached
+			return out
+		}
+		from = next
+	}
 }

@@ -18,17 +18,18 @@ func newNatsCmd() *cobra.Command {
 		Use:   "nats",
 		Short: "Run one NATS server node (JetStream) of a Broadside cluster in its own process",
 		Long: `Run one node of a NATS cluster with JetStream, embedded (nats-server as a
-library): the coordinator, the leases, the snapshot store and the frames of a
-world run on it. Three of them routed to each other make an R3 cluster that
-survives the loss of one. Each keeps its JetStream store in --store-dir and
-fsyncs every write (sync always); a node SIGKILLed and restarted on the same
-directory catches up from the others.
+library): the coordinator, the leases, the snapshot and lineage stores and the
+frames of a world run on it. Three of them routed to each other make an R3
+cluster that survives the loss of one; --route-user authenticates the routes
+and --route-tls encrypts them (mutual TLS). Each keeps its JetStream store in
+--store-dir and fsyncs every write (sync always); a node SIGKILLed and
+restarted on the same directory catches up from the others.
 
 Any standard nats-server cluster (2.10 or later, JetStream enabled, sync
 always) serves as well: this command only saves installing one.`,
 		Example: `  broadside nats --name n1 --listen 127.0.0.1:4222 --cluster-listen 127.0.0.1:6222 \
     --routes 127.0.0.1:6222,127.0.0.1:6223,127.0.0.1:6224 --store-dir /var/lib/broadside/nats \
-    --user broadside --password-file nats.pw --tls-dir tls`,
+    --user broadside --password-file nats.pw --tls-dir tls --route-tls`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := f.Options()
 			if err != nil {
@@ -63,6 +64,8 @@ always) serves as well: this command only saves installing one.`,
 	fl.StringVar(&f.TLSDir, "tls-dir", "", "development CA directory: serve clients over TLS with a certificate from it")
 	fl.StringVar(&f.TLSCert, "tls-cert", "", "production: serve clients over TLS with this certificate (with --tls-key)")
 	fl.StringVar(&f.TLSKey, "tls-key", "", "private key of --tls-cert")
+	fl.BoolVar(&f.RouteTLS, "route-tls", false, "encrypt the routes with mutual TLS: this node's certificate from --tls-dir's CA, or --tls-cert (which must allow client authentication too); peers' verified against --route-ca (default --tls-dir's CA)")
+	fl.StringVar(&f.RouteCA, "route-ca", "", "with --route-tls: the CA `FILE` (PEM) the other nodes' route certificates must chain to (required with --tls-cert)")
 	fl.StringVar(&f.Sync, "sync", "always", "when JetStream fsyncs: always (every write) or periodic (nats-server's default, every 2 minutes)")
 	return cmd
 }

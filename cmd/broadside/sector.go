@@ -34,6 +34,7 @@ type sectorOptions struct {
 	replicas    int
 	ticker      bool
 	standby     bool
+	lineage     bool
 	minInterval uint64
 	worldSize   int32
 	sectors     int
@@ -53,8 +54,9 @@ the sectors the deterministic assignment gives it among the live workers (they
 rebalance when a worker joins or leaves). For each, it appends its lease claim
 (the fencing epoch) to the command log, restores the sector from the snapshot
 store on NATS (broadside-snapshots) and runs it from the log: migrations are
-appended tagged with the epoch, snapshots go to the shared store, and each
-tick's frame is published on world.<id>.sector.<n>. When a worker dies its
+appended tagged with the epoch, snapshots go to the shared store, lineage to
+the shared lineage store (broadside-lineage; --lineage=false records none),
+and each tick's frame is published on world.<id>.sector.<n>. When a worker dies its
 leases expire (--lease-ttl) and the others take its sectors over; a worker
 paused past its leases changes nothing when it wakes.
 
@@ -87,8 +89,9 @@ Every worker of a world needs the same game flags (--world-size, --sectors,
 	f.DurationVar(&o.leaseTTL, "lease-ttl", natsworld.DefaultTTL, "lease length when the lease bucket is created (a dead worker's sectors are free this long after its last renewal)")
 	f.DurationVar(&o.tickerTTL, "ticker-lease-ttl", natsworld.DefaultTickerTTL, "the Ticker's lease length when its bucket (broadside-ticker) is created: may be shorter than a sector's (two Tickers overlapping store each tick once), but a short one flaps on a loaded machine")
 	f.DurationVar(&o.tickerGrace, "ticker-grace", 0, "with --ticker: how late the next tick marker may be before this worker bridges the ticks itself while another holds the Ticker's lease (0: half a tick period; negative: never)")
-	f.IntVar(&o.replicas, "replicas", 1, "replicas of the lease bucket and snapshot store when they are created (3 on a NATS cluster)")
+	f.IntVar(&o.replicas, "replicas", 1, "replicas of the lease bucket and the snapshot and lineage stores when they are created (3 on a NATS cluster)")
 	f.BoolVar(&o.ticker, "ticker", false, "compete for the world's Ticker lease and append the tick markers while holding it")
+	f.BoolVar(&o.lineage, "lineage", true, "record the owned sectors' lineage in the world's shared lineage store on NATS (broadside-lineage), which front ends answer lineage queries from")
 	f.BoolVar(&o.standby, "standby", false, "run a hot copy of every sector this worker does not own (no lease, no publishing): a takeover then starts from it, without restoring and replaying")
 	f.Uint64Var(&o.minInterval, "min-snapshot-interval", 10, "least ticks between two snapshots of a sector")
 	f.Int32Var(&o.worldSize, "world-size", 4000, "width and height of the sea in metres (as serve)")
@@ -104,8 +107,7 @@ func runSector(ctx context.Context, out io.Writer, o sectorOptions) error {
 		return errors.New("--nats nats://HOST:PORT is required")
 	}
 	if o.worker == "" {
-		host, _ := os.Hostname()
-		o.worker = fmt.Sprintf("%s-%d", sanitizeID(host), os.Getpid())
+		o.worker = natsworld.ProcessID("")
 	}
 	game, err := broadside.NewGame(broadside.Config{Seed: o.seed, Width: o.worldSize, Height: o.worldSize,
 		SectorsX: o.sectors, SectorsY: o.sectors, Islands: o.islands}, 0)
@@ -125,51 +127,27 @@ func runSector(ctx context.Context, out io.Writer, o sectorOptions) error {
 	if err != nil {
 		return err
 	}
-	leases, err := natsworld.OpenLeases(ctx, js, natsworld.LeasesConfig{World: o.world, Worker: o.worker, TTL: o.leaseTTL, Replicas: o.replicas})
+	st, err := natsworld.OpenWorkerStores(ctx, js, natsworld.WorkerStoresConfig{World: o.world, Worker: o.worker, LeaseTTL: o.leaseTTL,
+		TickerTTL: o.tickerTTL, Replicas: o.replicas, Ticker: o.ticker, Lineage: o.lineage, KindNames: game.KindNames})
 	if err != nil {
 		return err
-	}
-	snaps, err := natsworld.OpenSnapshotStore(ctx, js, natsworld.SnapshotStoreConfig{World: o.world, Replicas: o.replicas})
-	if err != nil {
-		return err
-	}
-	var tickerLeases *natsworld.Leases
-	if o.ticker {
-		if tickerLeases, err = natsworld.OpenTickerLeases(ctx, js, natsworld.LeasesConfig{World: o.world, Worker: o.worker, TTL: o.tickerTTL, Replicas: o.replicas}); err != nil {
-			return err
-		}
 	}
 	logc, closeLog, err := o.log.dialCluster(ctx, cmdlog.ClientConfig{})
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	w, err := natsworld.NewWorker(natsworld.WorkerConfig{World: o.world, Game: game, Log: logc, Leases: leases, Snapshots: snaps,
-		Publisher: nc, Ticker: o.ticker, TickerLeases: tickerLeases, TickerGrace: o.tickerGrace, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
+	w, err := natsworld.NewWorker(natsworld.WorkerConfig{World: o.world, Game: game, Log: logc, Leases: st.Leases, Snapshots: st.Snapshots, Lineage: st.Lineage,
+		Publisher: nc, Ticker: o.ticker, TickerLeases: st.TickerLeases, TickerGrace: o.tickerGrace, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
 		Policy: snapshot.Policy{MinInterval: o.minInterval}})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "sector worker %s of world %d: %d sectors, lease %v, frames on %s\n",
-		o.worker, o.world, game.Shards, leases.TTL(), natsworld.SectorsSubject(o.world))
+		o.worker, o.world, game.Shards, st.Leases.TTL(), natsworld.SectorsSubject(o.world))
 	if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	fmt.Fprintf(out, "sector worker %s stopped; its leases released\n", o.worker)
 	return nil
-}
-
-// sanitizeID keeps the letters, digits, '-' and '_' of s (a worker id).
-func sanitizeID(s string) string {
-	b := []byte(s)
-	out := b[:0]
-	for _, c := range b {
-		if c == '-' || c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') {
-			out = append(out, c)
-		}
-	}
-	if len(out) == 0 {
-		return "worker"
-	}
-	return string(out[:min(len(out), 40)])
 }

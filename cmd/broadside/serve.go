@@ -129,7 +129,7 @@ it; in production give --cert and --key.`,
 	f.StringVar(&o.secretFile, "secret-file", "broadside-dev/server.secret", "player token secret (created if missing)")
 	f.StringVar(&o.dataDir, "data", "broadside-dev/data", "data directory: the embedded command log (log/: shards, write-ahead logs, coordinator) and the world's snapshot and lineage stores (world/)")
 	f.StringVar(&o.viewerDir, "viewer-dir", "", "host the browser viewer (make viewer-wasm builds it into bin/web) at /viewer/ on the admin address, behind its auth, following this server as a spectator")
-	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /world/hashes?from=T (every sector's state hash per tick, to check against a re-simulation), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server'); with --world, a front end's: /readyz (200 when connected to NATS, every sector leased by a worker and a tick assembled in the last 2 s) and /world (its status as JSON: the sectors' owners and epochs, the Ticker's holder, the live workers, ticks assembled, frame latency)")
+	f.StringVar(&o.adminAddr, "admin-addr", "127.0.0.1:9090", "admin HTTP address (empty: off): /healthz (200 while the process is up), /readyz (200 when the log answers, every sector is live and the world ticks; 503 and the reason otherwise), /world/hashes?from=T (every sector's state hash per tick, to check against a re-simulation), /metrics (with broadside_world_sector_state: 0 live, 1 recovering, 2 stopped), /debug/pprof/, lineage queries (/lineage, /lineage/store/) and the log export (/replay/, for 'replay export --server'); with --world, a front end's: /readyz (200 when connected to NATS, every sector leased by a worker and a tick assembled in the last 2 s), /world (its status as JSON: the sectors' owners and epochs, the Ticker's holder, the live workers, ticks assembled, frame latency), /world/hashes (as the workers' frames carried them), the lineage queries (from the world's shared lineage store) and the log export")
 	f.StringVar(&o.adminToken, "admin-token-file", "", "file holding the admin bearer token (first line, at least 16 bytes): every admin request then needs 'Authorization: Bearer TOKEN'; required when --admin-addr is not loopback")
 	f.StringSliceVar(&o.adminHosts, "admin-hosts", nil, "further host names admin clients may use (the Host header of every admin request must be localhost, a loopback address, --admin-addr's host or one of these: DNS rebinding is refused)")
 	f.IntVar(&o.exportRate, "export-rate", 8<<20, "bytes per second all log exports (/replay/log) together may read, through their own log client (at most 2 at once)")
@@ -151,7 +151,7 @@ it; in production give --cert and --key.`,
 	f.DurationVar(&o.ackHold, "ack-hold", 0, "how long a command's acknowledgement may wait for the player's next state update to share its packet (0: sent when stored; 33ms: every acknowledgement with an update, half a tick later on average)")
 	f.DurationVar(&o.retain, "retain", 0, "trim the command log and the lineage to about this much play (never past what recovery needs); 0 keeps the whole match (needed to export a recording of it)")
 	f.StringVar(&o.signKey, "sign-key", "", "with --record: sign the recording's log checkpoints with this signer key `FILE` (broadside keygen)")
-	f.StringVar(&o.record, "record", "", "record the live match into this .bsr `FILE`; after a crash and restart the recording continues in a new segment beside it (FILE.2.bsr, ...), each of which 'replay verify' checks")
+	f.StringVar(&o.record, "record", "", "record the live match into this .bsr `FILE` (from the log, by runners of its own: with --world too); after a crash and restart the recording continues in a new segment beside it (FILE.2.bsr, ...), each of which 'replay verify' checks")
 	f.IntVar(&o.killAtSnapshot, "test-kill-at-snapshot", 0, "test hook: SIGKILL this process as it is about to store its Nth snapshot")
 	f.IntVar(&o.killAtRestore, "test-kill-at-restore", 0, "test hook: SIGKILL this process as it is about to read back its Nth snapshot (in a recovery)")
 	_ = f.MarkHidden("test-kill-at-snapshot")
@@ -261,11 +261,16 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		return nil
 	}
 	var storing world.StoringCheck
-	adminHandlers := worldHandlers(worldRef.Load, world.ExportConfig{Log: exportLog, BytesPerSecond: o.exportRate}, storing.Err)
+	exportCfg := world.ExportConfig{Log: exportLog, BytesPerSecond: o.exportRate}
+	adminHandlers := worldHandlers(worldRef.Load, exportCfg, storing.Err)
 	var feRef atomic.Pointer[natsworld.FrontEndNode]
-	if o.worldURL != "" { // a front end: its own readiness and status
+	if o.worldURL != "" { // a front end: its own readiness, status and hashes, lineage from the shared store
 		adminHandlers["/readyz"] = natsworld.FrontEndReadyHandler(feRef.Load, storing.Err)
 		adminHandlers["/world"] = natsworld.FrontEndStatusHandler(feRef.Load)
+		adminHandlers["/world/hashes"] = natsworld.FrontEndHashesHandler(feRef.Load)
+		feLineage := func() (lineage.Store, func()) { return feRef.Load().LineageStore() }
+		adminHandlers["/lineage"], adminHandlers["/lineage/store/"] = lineageHandler(feLineage), lineage.StoreHandler(feLineage)
+		adminHandlers["/replay/"] = world.LogExportHandler(func() ([]byte, bool) { return game.Config, feRef.Load() != nil }, exportCfg)
 	}
 	if err := addViewer(adminHandlers, o, secret); err != nil {
 		return err
@@ -309,7 +314,9 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	frames.OnApplied(srv.NoteApplied)
 	beforePut, beforeGet := o.hooks()
 	var running *world.World
+	recID := uint32(world.DefaultID) // the world's id in a recording
 	if o.worldURL != "" {
+		recID = o.worldID
 		node, stopFE, err := startFrontEnd(ctx, out, o, worldc, game.Shards, frames, srv.Publish, log)
 		if err != nil {
 			return err
@@ -325,15 +332,16 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 		worldRef.Store(running)
 	}
 	var rec *world.Recording
-	if o.record != "" && running != nil {
+	if o.record != "" { // from the log, by runners of its own (on a front end too: it has the log)
 		var seg string
 		signer, err := loadSigner(o.signKey)
-		if err != nil {
-			running.Stop(context.Background())
-			return err
+		if err == nil {
+			rec, seg, err = world.StartSegmentRecording(ctx, o.record, game, recID, worldc, bsr.RecordConfig{Logger: quietLogger(), Signer: signer})
 		}
-		if rec, seg, err = world.StartSegmentRecording(ctx, o.record, game, world.DefaultID, worldc, bsr.RecordConfig{Logger: quietLogger(), Signer: signer}); err != nil {
-			running.Stop(context.Background())
+		if err != nil {
+			if running != nil {
+				running.Stop(context.Background())
+			}
 			return err
 		}
 		fmt.Fprintf(out, "recording the match to %s\n", seg)
@@ -361,7 +369,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err := srv.Drain(dctx); err != nil {
 		log.Warn("drain", "err", err)
 	}
-	var final uint64 // a front end's: 0 (its workers snapshot their sectors)
+	final := frames.Latest() // a front end's: the last tick assembled (its workers snapshot their sectors)
 	if running != nil {
 		if final, err = running.Stop(dctx); err != nil {
 			log.Warn("final snapshot", "err", err)
@@ -389,9 +397,6 @@ func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog 
 	if !o.useLog {
 		return nil, nil, errors.New("--world needs the world's command log: --log and its log- flags (as the workers')")
 	}
-	if o.record != "" {
-		return nil, nil, errors.New("--record is not supported with --world yet")
-	}
 	connOpts, err := o.worldNATS.connOptions()
 	if err != nil {
 		return nil, nil, err
@@ -400,19 +405,16 @@ func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog 
 	if err != nil {
 		return nil, nil, err
 	}
-	host, _ := os.Hostname()
 	node, err = natsworld.StartFrontEndNode(ctx, natsworld.FrontEndNodeConfig{World: o.worldID, Sectors: sectors, Frames: frames, Conn: nc,
-		OnFrame: publish, Logger: log, Ticker: o.worldTicker, TickerID: fmt.Sprintf("fe-%s-%d", sanitizeID(host), os.Getpid()),
-		Log: worldLog, Rate: broadside.TickRate, Replicas: o.worldReplicas})
+		OnFrame: publish, Logger: log, Ticker: o.worldTicker, TickerID: natsworld.ProcessID("fe-"),
+		Log: worldLog, Rate: broadside.TickRate, Replicas: o.worldReplicas, Lineage: true})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
 	}
 	fmt.Fprintf(out, "front end of world %d: frames of its %d sectors from %s (no sector runs here)\n", o.worldID, sectors, natsworld.SectorsSubject(o.worldID))
 	return node, func() {
-		st := node.Stop()
-		fmt.Fprintf(out, "front end: %d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad), latest %d, frame latency p50/p99/max %v/%v/%v\n",
-			st.Ticks, st.Filled, st.Late, st.Stale, st.Bad, st.Latest, st.LatencyP50.Round(time.Microsecond), st.LatencyP99.Round(time.Microsecond), st.LatencyMax.Round(time.Microsecond))
+		fmt.Fprintf(out, "front end: %s\n", node.Stop())
 		nc.Close()
 	}, nil
 }

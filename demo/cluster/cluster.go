@@ -199,7 +199,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		name := fmt.Sprintf("nats-%d", i+1)
 		if err := c.start(name, "nats", "--name", fmt.Sprintf("n%d", i+1), "--listen", fmt.Sprintf("127.0.0.1:%d", tcp[i]),
 			"--cluster-listen", routes[i], "--routes", strings.Join(routes, ","), "--store-dir", filepath.Join(cfg.Dir, name),
-			"--user", user, "--password-file", c.PasswordFile, "--tls-dir", c.TLSDir); err != nil {
+			"--user", user, "--password-file", c.PasswordFile, "--tls-dir", c.TLSDir, "--route-tls"); err != nil {
 			return c, err
 		}
 	}
@@ -233,6 +233,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return c, err
 	}
 	if _, err := natsworld.OpenSnapshotStore(ctx, js, natsworld.SnapshotStoreConfig{World: World, Replicas: 3}); err != nil {
+		return c, err
+	}
+	if _, err := natsworld.OpenLineageStore(ctx, js, natsworld.LineageStoreConfig{World: World, Replicas: 3}); err != nil {
 		return c, err
 	}
 

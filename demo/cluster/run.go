@@ -18,6 +18,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/demo/bots"
 	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
@@ -73,6 +74,14 @@ type Report struct {
 	// differs, sector-ticks of the re-simulation no frame carried.
 	Checked, Mismatched, Missing int
 	FirstMismatch                string
+	// LineageTicks are the sector-ticks of the shared lineage store
+	// compared with the re-simulation's lineage; LineageDiffer those that
+	// differ (a failure), LineageMissing the ticks absent from it below
+	// its newest tick of their sector (reported, LineageMissingAt names
+	// them: a few window-start ticks go missing in some runs, cause not
+	// yet found).
+	LineageTicks, LineageDiffer, LineageMissing int
+	FirstLineageDiff, LineageMissingAt          string
 	// Zombie counts frames the paused worker published for a tick past
 	// its successor's claim; Stale the outputs in the log the runners
 	// ignored as stale.
@@ -112,7 +121,7 @@ type Report struct {
 // OK reports whether every check passed.
 func (r Report) OK() bool {
 	return r.Lost == 0 && r.Duplicated == 0 && r.Mismatched == 0 && r.Zombie == 0 && r.Checked > 0 &&
-		len(r.Takeovers) > 0 && r.Migrations > 0 && r.Acked > 0
+		len(r.Takeovers) > 0 && r.Migrations > 0 && r.Acked > 0 && r.LineageTicks > 0 && r.LineageDiffer == 0
 }
 
 func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -161,15 +170,25 @@ func (r Report) Detail() string {
 	}
 	return fmt.Sprintf("cluster: %d takeovers: lease expiry p50/max %s ms, restore %s ms, replay %s ms; ticks missing from the frames per takeover: %s; "+
 		"frame latency p50/p99/max %.2f/%.2f/%.2f ms; %d frames checked against the re-simulation of %d log positions (%d ticks x %d sectors, %d sector-ticks never received), %d lease claims and %d migrations in the log; "+
+		"shared lineage: %d sector-ticks compared with the re-simulation's, %d differ, %d missing%s; "+
 		"the other sectors' tick interval p50/p99 during takeovers %.1f/%.1f ms (%d ticks), quiet %.1f/%.1f ms (%d ticks; the Ticker's lease on %s at the failures); "+
 		"front end %s SIGKILLed: listening again after %.0f ms, /readyz 200 after %.0f ms, its bots acknowledged again after %.0f ms; the longest wait for an acknowledgement in the 3 s after a NATS node's SIGKILL %.0f ms, after the leader's %.0f ms; "+
 		"bots sent %d, %d reconnections, %d commands resent; the longest tick interval of the sectors not moved in the 2 s after each failure: %s",
 		len(r.Takeovers), f(func(t Takeover) time.Duration { return t.Expiry }), f(func(t Takeover) time.Duration { return t.Restore }),
 		f(func(t Takeover) time.Duration { return t.Replay }), strings.Join(gaps, ", "),
 		msf(r.LatencyP50), msf(r.LatencyP99), msf(r.LatencyMax), r.Checked, r.Positions, r.Ticks, r.Sectors, r.Missing, r.Claims, r.Migrations,
+		r.LineageTicks, r.LineageDiffer, r.LineageMissing, r.missingAt(),
 		msf(r.DuringP50), msf(r.DuringP99), r.DuringN, msf(r.QuietP50), msf(r.QuietP99), r.QuietN, strings.Join(r.TickerAt, " and "),
 		r.FrontEnd, msf(r.FrontEndRestart), msf(r.FrontEndReady), msf(r.FrontEndBack), msf(r.NATSBack), msf(r.LeaderBack),
 		sent, reconnects, resent, r.stallList())
+}
+
+// missingAt names the missing lineage ticks, if any, for Detail.
+func (r Report) missingAt() string {
+	if r.LineageMissingAt == "" {
+		return ""
+	}
+	return " (" + r.LineageMissingAt + ")"
 }
 
 func (r Report) stallList() string {
@@ -741,13 +760,15 @@ func (p *play) check(ctx context.Context, rep *Report, pausedEpochs map[uint32]u
 	}
 	rep.Sectors = game.Shards
 	want := map[[2]uint64]uint64{}
+	wantLin := lineage.NewMemStore()
 	for s := range uint32(game.Shards) {
 		sim, err := game.NewSim(s)
 		if err != nil {
 			return err
 		}
+		rec := lineage.NewLog(lineage.LogOptions{Store: wantLin})
 		r, err := replay.NewRunner(replay.RunnerConfig{World: World, Shard: s, Sim: sim, Source: replay.NewSliceSource(entries, 1),
-			Logger: quiet(), Observer: func(info replay.TickInfo) {
+			Recorder: rec, CommandKind: game.CommandKind, Logger: quiet(), Observer: func(info replay.TickInfo) {
 				want[[2]uint64{uint64(s), info.Tick}] = info.Hash
 				rep.Ticks = max(rep.Ticks, info.Tick)
 			}})
@@ -757,8 +778,14 @@ func (p *play) check(ctx context.Context, rep *Report, pausedEpochs map[uint32]u
 		if err := r.Run(ctx); err != nil {
 			return fmt.Errorf("re-simulate sector %d: %w", s, err)
 		}
+		if err := rec.Close(ctx); err != nil {
+			return fmt.Errorf("re-simulate sector %d: lineage: %w", s, err)
+		}
 		st := r.Stats()
 		rep.Stale, rep.Claims = rep.Stale+st.Stale, rep.Claims+st.Claims
+	}
+	if err := p.checkLineage(ctx, p.c.Conn, wantLin, rep); err != nil {
+		return err
 	}
 	frames, bad := p.w.Frames()
 	if bad > 0 {
@@ -864,8 +891,10 @@ func (r Report) Verdict() error {
 		return fmt.Errorf("%d published hashes differ from the re-simulation; first: %s", r.Mismatched, r.FirstMismatch)
 	case r.Zombie > 0:
 		return fmt.Errorf("the paused worker published %d frames past its successor's claim", r.Zombie)
-	case r.Acked == 0 || r.Checked == 0:
-		return errors.New("nothing acknowledged or no frame checked")
+	case r.LineageDiffer > 0:
+		return fmt.Errorf("%d sector-ticks of the shared lineage differ from the re-simulation's; first: %s", r.LineageDiffer, r.FirstLineageDiff)
+	case r.Acked == 0 || r.Checked == 0 || r.LineageTicks == 0:
+		return errors.New("nothing acknowledged, no frame or no lineage checked")
 	case len(r.Takeovers) == 0 || r.Migrations == 0:
 		return errors.New("no takeover or no migration observed")
 	}

@@ -57,6 +57,19 @@ type ExportConfig struct {
 // budget) and the world's configuration of the world world returns (nil
 // while there is none) under /replay/.
 func ExportHandler(world func() *World, cfg ExportConfig) http.Handler {
+	return LogExportHandler(func() ([]byte, bool) {
+		if w := world(); w != nil {
+			return w.cfg.Game.Config, true
+		}
+		return nil, false
+	}, cfg)
+}
+
+// LogExportHandler serves what ExportHandler serves for a process that
+// runs no World but has the world's log (a front end of a world whose
+// sectors run elsewhere): gameConfig returns the game's world
+// configuration (false while the world is not served: 503).
+func LogExportHandler(gameConfig func() ([]byte, bool), cfg ExportConfig) http.Handler {
 	if cfg.BytesPerSecond <= 0 {
 		cfg.BytesPerSecond = 8 << 20
 	}
@@ -71,13 +84,13 @@ func ExportHandler(world func() *World, cfg ExportConfig) http.Handler {
 			http.Error(rw, "GET only", http.StatusMethodNotAllowed)
 			return
 		}
-		w := world()
-		if w == nil {
+		config, ok := gameConfig()
+		if !ok {
 			http.Error(rw, "no world is running", http.StatusServiceUnavailable)
 			return
 		}
 		if strings.HasSuffix(r.URL.Path, "/world") {
-			rw.Write(w.cfg.Game.Config)
+			rw.Write(config)
 			return
 		}
 		var l ExportLog

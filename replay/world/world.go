@@ -441,6 +441,9 @@ func (w *World) Frames() *Frames { return w.frames }
 // Tick returns the newest tick every shard has stepped.
 func (w *World) Tick() uint64 { return w.frames.Latest() }
 
+// Shards returns how many shards (sectors) the world runs.
+func (w *World) Shards() int { return w.cfg.Game.Shards }
+
 // Trimmed returns the position the log is trimmed up to.
 func (w *World) Trimmed() uint64 { return w.trimmed.Load() }
 

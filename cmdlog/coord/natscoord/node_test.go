@@ -1,12 +1,16 @@
 package natscoord
 
 import (
+	"crypto/tls"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/anoptic/broadside/netcode/transport"
 )
 
 // TestStartNodeCluster starts 3 nodes one by one, as 3 'broadside nats'
@@ -81,5 +85,90 @@ func TestStartNodeCluster(t *testing.T) {
 	if _, err := StartNode(NodeOptions{Name: "x", Host: "0.0.0.0", Port: ports[0] + 1, StoreDir: dir, ClusterPort: 1,
 		Auth: ServerAuth{User: "u", Password: "p"}}); err == nil {
 		t.Fatal("routes beyond loopback without route credentials: started")
+	}
+}
+
+// TestStartNodeRouteTLS: 3 nodes whose routes are mutual TLS (NodeSpec
+// RouteTLS, certificates from one development CA) form a JetStream
+// cluster that holds an R3 bucket; a node whose route certificate comes
+// from another CA, and a node without route TLS, get no route to them.
+func TestStartNodeRouteTLS(t *testing.T) {
+	dir := t.TempDir()
+	ports, err := freePorts(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf("127.0.0.1:%d", ports[5+i]))
+	}
+	var nodes []*Embedded
+	defer func() {
+		for _, n := range nodes {
+			n.Shutdown()
+		}
+	}()
+	for i := range 3 {
+		o, err := NodeSpec{Name: fmt.Sprintf("n%d", i+1), Listen: fmt.Sprintf("127.0.0.1:%d", ports[i]), ClusterListen: routes[i],
+			Routes: strings.Join(routes, ","), StoreDir: filepath.Join(dir, fmt.Sprint(i)), RouteTLS: true,
+			TLSDir: filepath.Join(dir, "tls")}.Options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.RouteTLS == nil || o.RouteTLS.ClientAuth != tls.RequireAndVerifyClientCert {
+			t.Fatalf("route TLS %+v", o.RouteTLS)
+		}
+		n, err := StartNode(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !(nodes[0].JetStreamReady() && nodes[1].JetStreamReady() && nodes[2].JetStreamReady()) {
+		if time.Now().After(deadline) {
+			t.Fatal("no JetStream meta leader over TLS routes after 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	nc, err := Connect(fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), ConnOptions{CAFile: filepath.Join(dir, "tls", transport.DevCACertFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(opCtx(t), jetstream.KeyValueConfig{Bucket: "route-tls", Replicas: 3, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(opCtx(t), "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	before := nodes[0].RouteCount()
+
+	// Outsiders: a route certificate of another CA, and no route TLS.
+	other, err := transport.NewDevCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := other.Issue("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rt := range []*tls.Config{RouteTLSConfig(cert, other.Pool()), nil} {
+		x, err := StartNode(NodeOptions{Name: fmt.Sprintf("x%d", i), Port: ports[3+i], StoreDir: filepath.Join(dir, fmt.Sprint("x", i)),
+			ClusterPort: ports[8+i], Routes: routes, RouteTLS: rt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		got := x.RouteCount()
+		x.Shutdown()
+		if got != 0 || nodes[0].RouteCount() != before {
+			t.Fatalf("outsider %d (route TLS %v) has %d routes; node 1 %d, before %d", i, rt != nil, got, nodes[0].RouteCount(), before)
+		}
 	}
 }

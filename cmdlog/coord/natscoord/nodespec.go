@@ -1,6 +1,8 @@
 package natscoord
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -25,6 +27,13 @@ type NodeSpec struct {
 	// issues its certificate from; TLSCert and TLSKey a production
 	// certificate instead.
 	TLSDir, TLSCert, TLSKey string
+	// RouteTLS encrypts the routes with mutual TLS (RouteTLSConfig): the
+	// node's certificate is TLSDir's CA's (issued for Name and the listen
+	// hosts) or TLSCert's (which must allow client authentication too),
+	// and the peers' must chain to RouteCA (a PEM file; default TLSDir's
+	// CA, required with TLSCert).
+	RouteTLS bool
+	RouteCA  string
 	// Sync is "always" (default) or "periodic".
 	Sync string
 }
@@ -76,7 +85,50 @@ func (s NodeSpec) Options() (NodeOptions, error) {
 			o.Auth.TLS, err = ca.ServerTLS(host, "localhost")
 		}
 	}
+	if err == nil && s.RouteTLS {
+		o.RouteTLS, err = s.routeTLS(host, o.ClusterHost)
+	}
 	return o, err
+}
+
+// routeTLS returns the routes' mutual TLS configuration (RouteTLS).
+func (s NodeSpec) routeTLS(hosts ...string) (*tls.Config, error) {
+	if s.ClusterListen == "" {
+		return nil, fmt.Errorf("natscoord: route TLS needs a cluster listen address")
+	}
+	var pool *x509.CertPool
+	if s.RouteCA != "" {
+		p, err := transport.LoadCertPool(s.RouteCA)
+		if err != nil {
+			return nil, fmt.Errorf("natscoord: route CA: %w", err)
+		}
+		pool = p
+	}
+	switch {
+	case s.TLSCert != "" || s.TLSKey != "":
+		if pool == nil {
+			return nil, fmt.Errorf("natscoord: route TLS with a certificate file needs the route CA file")
+		}
+		cert, err := tls.LoadX509KeyPair(s.TLSCert, s.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("natscoord: route certificate: %w", err)
+		}
+		return RouteTLSConfig(cert, pool), nil
+	case s.TLSDir != "":
+		ca, err := transport.LoadOrCreateDevCA(s.TLSDir)
+		if err != nil {
+			return nil, err
+		}
+		cert, err := ca.Issue(append([]string{s.Name}, hosts...)...)
+		if err != nil {
+			return nil, err
+		}
+		if pool == nil {
+			pool = ca.Pool()
+		}
+		return RouteTLSConfig(cert, pool), nil
+	}
+	return nil, fmt.Errorf("natscoord: route TLS needs a development CA directory or a certificate and key")
 }
 
 func splitHostPort(s, what string) (string, int, error) {

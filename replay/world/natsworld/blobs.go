@@ -10,6 +10,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// InlineLimit is the largest blob (a snapshot, a lineage range) the shared
+// stores keep as a KV value; larger ones go to the object store (NATS advises KV below 1 MiB, its
+// default max payload).
+const InlineLimit = 1<<20 - 4<<10
+
+// objectMarker is the KV value of a blob kept in the object store.
+var objectMarker = []byte("BSOBJ")
+
 // blobs is a KV bucket with an object store of the same name beside it: a
 // value up to InlineLimit is a KV value, a larger one an object whose KV
 // value is objectMarker. The shared stores of a world (snapshots,

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/world"
 )
 
@@ -38,9 +40,14 @@ type FrontEndNodeConfig struct {
 	// Stale is how long without a tick assembled makes the node not ready
 	// (default 2 s).
 	Stale time.Duration
-	// Replicas of the lease buckets if the node creates them (default 1;
-	// 3 on a NATS cluster).
+	// Replicas of the lease buckets (and of the lineage store) if the
+	// node creates them (default 1; 3 on a NATS cluster).
 	Replicas int
+	// Lineage makes the node open the world's shared lineage store
+	// (OpenLineageStore), where its sector workers record the lineage:
+	// LineageStore then answers the admin's lineage queries about the
+	// whole world.
+	Lineage bool
 }
 
 // FrontEndNode is a running front end: the frame assembly (FrontEnd), the
@@ -49,7 +56,8 @@ type FrontEndNode struct {
 	cfg    FrontEndNodeConfig
 	fe     *FrontEnd
 	leases *Leases
-	ticker *Leases // the Ticker's lease bucket
+	ticker *Leases                      // the Ticker's lease bucket
+	lin    atomic.Pointer[LineageStore] // once opened
 	cancel context.CancelFunc
 	done   chan struct{}
 	// lastTick is when the newest tick was assembled (Unix nanoseconds).
@@ -104,6 +112,14 @@ func StartFrontEndNode(ctx context.Context, cfg FrontEndNodeConfig) (*FrontEndNo
 	n.cancel = cancel
 	go func() {
 		defer close(n.done)
+		ldone := make(chan struct{})
+		go func() {
+			defer close(ldone)
+			if cfg.Lineage {
+				n.openLineage(fctx, js)
+			}
+		}()
+		defer func() { <-ldone }()
 		tdone := make(chan struct{})
 		go func() {
 			defer close(tdone)
@@ -121,8 +137,62 @@ func StartFrontEndNode(ctx context.Context, cfg FrontEndNodeConfig) (*FrontEndNo
 func (n *FrontEndNode) Stop() FrontEndStats {
 	n.cancel()
 	<-n.done
+	if l := n.lin.Load(); l != nil {
+		l.Close()
+	}
 	return n.fe.Stats()
 }
+
+// openLineage opens the shared lineage store, retrying every second
+// until it opens or ctx ends: the players' front end does not wait for an
+// admin feature (several processes creating a replicated bucket at once
+// can stall each other for seconds), and its lineage queries answer 503
+// meanwhile.
+func (n *FrontEndNode) openLineage(ctx context.Context, js jetstream.JetStream) {
+	for {
+		s, err := OpenLineageStore(ctx, js, LineageStoreConfig{World: n.cfg.World, Replicas: n.cfg.Replicas})
+		if err == nil {
+			n.lin.Store(s)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n.cfg.Logger.Warn("front end: lineage store (retrying)", "err", err)
+		sleep(ctx, time.Second)
+	}
+}
+
+// LineageStore returns the world's shared lineage store (nil without
+// FrontEndNodeConfig.Lineage, or until it opened; closed once the node
+// stopped), read-write
+// as every LineageStore is: the admin endpoints only read it. release is
+// a no-op (it matches World.LineageStore).
+func (n *FrontEndNode) LineageStore() (s lineage.Store, release func()) {
+	if n == nil {
+		return nil, func() {}
+	}
+	if l := n.lin.Load(); l != nil {
+		return l, func() {}
+	}
+	return nil, func() {}
+}
+
+// Tick returns the newest tick assembled (world.HashSource).
+func (n *FrontEndNode) Tick() uint64 { return n.fe.Tick() }
+
+// Shards returns the world's sectors (world.HashSource).
+func (n *FrontEndNode) Shards() int { return n.fe.Shards() }
+
+// Hashes returns the state hashes of sector's recent ticks, as the frames
+// received carried them (world.HashSource): /world/hashes on a front end
+// publishes them to be checked against a re-simulation of the log.
+func (n *FrontEndNode) Hashes(sector uint32) *replay.HashHistory { return n.fe.Hashes(sector) }
+
+var (
+	_ world.HashSource = (*FrontEndNode)(nil)
+	_ world.Prober     = (*FrontEndNode)(nil)
+)
 
 // Stats returns what the front end assembled so far.
 func (n *FrontEndNode) Stats() FrontEndStats { return n.fe.Stats() }
@@ -144,34 +214,42 @@ type FrontEndStatus struct {
 	Ticker  string         `json:"ticker"` // the Ticker lease's holder
 	Workers []string       `json:"workers"`
 	// Latest is the newest tick assembled, AgeMs how long ago.
-	Latest   uint64  `json:"latest_tick"`
-	AgeMs    float64 `json:"latest_tick_age_ms"`
-	Ticks    uint64  `json:"ticks_assembled"`
-	Filled   uint64  `json:"parts_filled"`
-	Late     uint64  `json:"parts_late"`
-	Stale    uint64  `json:"parts_stale"`
-	Bad      uint64  `json:"parts_bad"`
-	LatP50Ms float64 `json:"frame_latency_p50_ms"`
-	LatP99Ms float64 `json:"frame_latency_p99_ms"`
-	LatMaxMs float64 `json:"frame_latency_max_ms"`
+	Latest uint64  `json:"latest_tick"`
+	AgeMs  float64 `json:"latest_tick_age_ms"`
+	Ticks  uint64  `json:"ticks_assembled"`
+	Filled uint64  `json:"parts_filled"`
+	Late   uint64  `json:"parts_late"`
+	Stale  uint64  `json:"parts_stale"`
+	Bad    uint64  `json:"parts_bad"`
+	// HashConflicts: FrontEndStats.HashConflicts.
+	HashConflicts uint64  `json:"hash_conflicts"`
+	LatP50Ms      float64 `json:"frame_latency_p50_ms"`
+	LatP99Ms      float64 `json:"frame_latency_p99_ms"`
+	LatMaxMs      float64 `json:"frame_latency_max_ms"`
 }
 
 // Ready returns nil when the front end can serve its players: connected
 // to NATS, every sector leased by a worker, and a tick assembled within
 // Stale.
 func (n *FrontEndNode) Ready(ctx context.Context) error {
+	_, err := n.Probe(ctx)
+	return err
+}
+
+// Probe implements world.Prober: Ready, with a summary of the status.
+func (n *FrontEndNode) Probe(ctx context.Context) (string, error) {
 	st := n.Status(ctx)
 	if !st.Ready {
-		return errors.New(st.Reason)
+		return "", errors.New(st.Reason)
 	}
-	return nil
+	return fmt.Sprintf("tick %d assembled %.0f ms ago, %d sectors owned", st.Latest, st.AgeMs, len(st.Sectors)), nil
 }
 
 // Status returns the node's status (reading the sectors' leases from NATS).
 func (n *FrontEndNode) Status(ctx context.Context) FrontEndStatus {
 	s := n.fe.Stats()
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	st := FrontEndStatus{World: n.cfg.World, Latest: s.Latest, Ticks: s.Ticks, Filled: s.Filled, Late: s.Late, Stale: s.Stale, Bad: s.Bad,
+	st := FrontEndStatus{World: n.cfg.World, Latest: s.Latest, Ticks: s.Ticks, Filled: s.Filled, Late: s.Late, Stale: s.Stale, Bad: s.Bad, HashConflicts: s.HashConflicts,
 		LatP50Ms: ms(s.LatencyP50), LatP99Ms: ms(s.LatencyP99), LatMaxMs: ms(s.LatencyMax), Sectors: []SectorStatus{}}
 	c := n.cfg.Conn
 	st.NATS = c.Status().String()
@@ -219,27 +297,25 @@ func (n *FrontEndNode) Status(ctx context.Context) FrontEndStatus {
 }
 
 // FrontEndReadyHandler answers GET /readyz on a front end: 200 when the
-// checks pass and the node is Ready, 503 and the reason otherwise.
+// checks pass and the node is Ready, 503 and the reason otherwise
+// (world.ProbeHandler).
 func FrontEndReadyHandler(node func() *FrontEndNode, checks ...func() error) http.Handler {
-	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		for _, c := range checks {
-			if err := c(); err != nil {
-				http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
+	return world.ProbeHandler(func() world.Prober {
+		if n := node(); n != nil {
+			return n
 		}
-		n := node()
-		if n == nil {
-			http.Error(rw, "not ready: the front end is not running (starting, or stopped)", http.StatusServiceUnavailable)
-			return
+		return nil
+	}, "the front end", checks...)
+}
+
+// FrontEndHashesHandler answers GET /world/hashes on a front end: the
+// state hashes its frames carried (world.HashSourceHandler).
+func FrontEndHashesHandler(node func() *FrontEndNode) http.Handler {
+	return world.HashSourceHandler(func() world.HashSource {
+		if n := node(); n != nil {
+			return n
 		}
-		st := n.Status(r.Context())
-		if !st.Ready {
-			http.Error(rw, "not ready: "+st.Reason, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(rw, "ready: tick %d assembled %.0f ms ago, %d sectors owned\n", st.Latest, st.AgeMs, len(st.Sectors))
+		return nil
 	})
 }
 

@@ -3,6 +3,7 @@ package natsworld
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/world"
 )
 
@@ -43,6 +45,10 @@ type FrontEndConfig struct {
 	OnFrame func(tick uint64)
 	// Logger receives the front end's messages (nil: slog.Default()).
 	Logger *slog.Logger
+	// HashTicks is how many recent ticks' state hashes the front end
+	// keeps per sector, from its frames, for /world/hashes (0:
+	// replay.DefaultHistoryTicks, 24 bytes a tick and sector).
+	HashTicks int
 }
 
 // FrontEndStats counts what a front end received.
@@ -60,6 +66,19 @@ type FrontEndStats struct {
 	// missing included).
 	Latest                             uint64
 	LatencyP50, LatencyP99, LatencyMax time.Duration
+	// HashConflicts counts the frames of a sector and tick whose state
+	// hash differs from the one an earlier frame of it carried (two
+	// owners of a hand-over disagreeing: a determinism failure); the
+	// first hash is the one kept.
+	HashConflicts uint64
+}
+
+// String says what the stats count, in one line ('serve --world' prints
+// it when it stops, and the process tests read it).
+func (st FrontEndStats) String() string {
+	return fmt.Sprintf("%d ticks assembled (%d sector parts filled, %d late, %d stale, %d bad, %d hash conflicts), latest %d, frame latency p50/p99/max %v/%v/%v",
+		st.Ticks, st.Filled, st.Late, st.Stale, st.Bad, st.HashConflicts, st.Latest,
+		st.LatencyP50.Round(time.Microsecond), st.LatencyP99.Round(time.Microsecond), st.LatencyMax.Round(time.Microsecond))
 }
 
 // latencyWindow is how many recent ticks' latencies Stats reports on.
@@ -84,8 +103,12 @@ type FrontEnd struct {
 	epochs  []uint64 // each sector's newest lease epoch seen
 	last    uint64   // newest tick assembled
 
-	ticks, filled, late, stale, bad atomic.Uint64
-	latest                          atomic.Uint64
+	// hashes are each sector's state hashes, from its frames (any
+	// goroutine reads them: HashHistory locks).
+	hashes []*replay.HashHistory
+
+	ticks, filled, late, stale, bad, conflicts atomic.Uint64
+	latest                                     atomic.Uint64
 
 	latMu sync.Mutex
 	lat   []time.Duration // a ring of the last latencyWindow ticks'
@@ -117,14 +140,30 @@ func NewFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &FrontEnd{cfg: cfg, log: cfg.Logger, pending: map[uint64]*assembling{},
-		prev: make([][]byte, cfg.Sectors), epochs: make([]uint64, cfg.Sectors)}, nil
+	fe := &FrontEnd{cfg: cfg, log: cfg.Logger, pending: map[uint64]*assembling{},
+		prev: make([][]byte, cfg.Sectors), epochs: make([]uint64, cfg.Sectors), hashes: make([]*replay.HashHistory, cfg.Sectors)}
+	for s := range fe.hashes {
+		fe.hashes[s] = replay.NewHashHistory(cfg.HashTicks)
+	}
+	return fe, nil
 }
+
+// Tick returns the newest tick assembled (world.HashSource).
+func (fe *FrontEnd) Tick() uint64 { return fe.latest.Load() }
+
+// Shards returns the world's sectors (world.HashSource).
+func (fe *FrontEnd) Shards() int { return fe.cfg.Sectors }
+
+// Hashes returns the state hashes of sector's recent ticks, as its
+// frames carried them (world.HashSource).
+func (fe *FrontEnd) Hashes(sector uint32) *replay.HashHistory { return fe.hashes[sector] }
+
+var _ world.HashSource = (*FrontEnd)(nil)
 
 // Stats returns what the front end counted so far.
 func (fe *FrontEnd) Stats() FrontEndStats {
 	st := FrontEndStats{Ticks: fe.ticks.Load(), Filled: fe.filled.Load(), Late: fe.late.Load(), Stale: fe.stale.Load(),
-		Bad: fe.bad.Load(), Latest: fe.latest.Load()}
+		Bad: fe.bad.Load(), Latest: fe.latest.Load(), HashConflicts: fe.conflicts.Load()}
 	fe.latMu.Lock()
 	lat := slices.Clone(fe.lat)
 	fe.latMu.Unlock()
@@ -174,7 +213,16 @@ func (fe *FrontEnd) Add(f SectorFrame, now time.Time) {
 	case f.Epoch < fe.epochs[f.Sector]:
 		fe.stale.Add(1)
 		return
-	case f.Tick <= fe.last:
+	}
+	// The hash counts even when the part comes too late for its tick.
+	if th, ok := fe.hashes[f.Sector].Get(f.Tick); !ok {
+		fe.hashes[f.Sector].Put(replay.TickHash{Tick: f.Tick, Pos: f.Pos, Hash: f.Hash})
+	} else if th.Hash != f.Hash {
+		fe.conflicts.Add(1)
+		fe.log.Warn("front end: two frames of a sector and tick disagree on its state hash", "sector", f.Sector, "tick", f.Tick,
+			"first", th.Hash, "then", f.Hash, "epoch", f.Epoch)
+	}
+	if f.Tick <= fe.last {
 		fe.late.Add(1)
 		return
 	}

@@ -1,6 +1,8 @@
 package natsworld
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -113,5 +115,49 @@ func TestFrontEndAssembles(t *testing.T) {
 	}
 	if !slices.Equal(applied, [][2]uint64{{7, 3}}) {
 		t.Fatalf("applied %v", applied)
+	}
+}
+
+// TestFrontEndHashes: a front end keeps each sector's state hash per tick
+// from its frames (a late part's too, a stale epoch's not), keeps the
+// first of two frames that disagree and counts the conflict, and
+// /world/hashes lists them up to the newest tick assembled.
+func TestFrontEndHashes(t *testing.T) {
+	frames := world.NewFrames(2, func(tick uint64) world.Frame { return &partFrame{tick: tick, parts: map[uint32]string{}} })
+	fe, err := NewFrontEnd(FrontEndConfig{World: 1, Sectors: 2, Frames: frames, Conn: new(nats.Conn), Timeout: 100 * time.Millisecond, HashTicks: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1000, 0)
+	add := func(s uint32, tick, epoch, hash uint64) {
+		fe.Add(SectorFrame{World: 1, Sector: s, Tick: tick, Epoch: epoch, Pos: tick * 10, Hash: hash, Payload: []byte{1}}, t0)
+	}
+	add(0, 1, 2, 0x10)
+	add(1, 1, 2, 0x11)
+	add(0, 2, 2, 0x20)
+	add(0, 3, 2, 0x30)
+	add(1, 3, 2, 0x31) // tick 2 assembled without sector 1's part
+	add(1, 2, 2, 0x21) // late: its hash still counts
+	add(0, 2, 2, 0x99) // disagrees with the first: a conflict, not kept
+	add(1, 4, 1, 0x41) // a stale epoch: neither assembled nor kept
+	if st := fe.Stats(); st.HashConflicts != 1 || st.Latest != 3 || st.Late != 2 || st.Stale != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if th, ok := fe.Hashes(0).Get(2); !ok || th.Hash != 0x20 || th.Pos != 20 {
+		t.Fatalf("sector 0 tick 2: %+v %v", th, ok)
+	}
+	if _, ok := fe.Hashes(1).Get(4); ok {
+		t.Fatal("a stale frame's hash kept")
+	}
+	rec := httptest.NewRecorder()
+	world.HashSourceHandler(func() world.HashSource { return fe }).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/world/hashes?from=2", nil))
+	want := "2 0 0000000000000020 20\n2 1 0000000000000021 20\n3 0 0000000000000030 30\n3 1 0000000000000031 30\n"
+	if rec.Code != http.StatusOK || rec.Body.String() != want {
+		t.Fatalf("/world/hashes: %d\n%s\nwant\n%s", rec.Code, rec.Body, want)
+	}
+	rec = httptest.NewRecorder()
+	world.HashSourceHandler(func() world.HashSource { return nil }).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/world/hashes", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("/world/hashes with no front end: %d", rec.Code)
 	}
 }

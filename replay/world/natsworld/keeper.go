@@ -26,7 +26,11 @@ type KeeperConfig struct {
 	// OnLose is called when this worker must stop a sector at once: a
 	// renewal failed (err says why), or the sector belongs to another
 	// live worker now (err is nil; the keeper releases the lease after
-	// OnLose returned). OnLose must stop the sector before it returns.
+	// OnLose returned), or the keeper stops. OnLose must stop the sector
+	// before it returns. In a hand-over and at a stop, Valid stays true
+	// during OnLose (within three quarters of a TTL of the last renewal),
+	// so that the sector's last writes still go out; after a failed
+	// renewal it is false.
 	OnLose func(lease Lease, err error)
 	// Logger receives the keeper's messages (nil: slog.Default()).
 	Logger *slog.Logger
@@ -95,7 +99,8 @@ func (k *Keeper) releaseAll(cause error) {
 	ctx, cancel := context.WithTimeout(context.Background(), k.cfg.Leases.TTL())
 	defer cancel()
 	for _, h := range k.Held() {
-		k.lose(h, cause)
+		h = k.renewBeforeStop(ctx, h)
+		k.stop(h, cause)
 		if err := k.cfg.Leases.Release(ctx, h); err != nil {
 			k.log.Warn("release at stop", "sector", h.Sector, "err", err)
 		}
@@ -139,6 +144,45 @@ func (k *Keeper) Workers() []string {
 	return slices.Clone(k.workers)
 }
 
+// renewBeforeStop renews a lease about to be handed over or released, so
+// that the sector's last writes (stop) have most of a TTL to go out under
+// it on a loaded machine, and returns it as renewed (unchanged if the
+// renewal failed: Valid then runs out as it would have).
+func (k *Keeper) renewBeforeStop(ctx context.Context, lease Lease) Lease {
+	sent := k.cfg.Now()
+	octx, cancel := k.opCtx(ctx)
+	renewed := lease
+	err := k.cfg.Leases.Renew(octx, &renewed)
+	cancel()
+	if err != nil {
+		return lease
+	}
+	k.mu.Lock()
+	if h := k.held[lease.Sector]; h != nil && h.lease.Epoch == lease.Epoch {
+		h.lease, h.renewed = renewed, sent
+	}
+	k.mu.Unlock()
+	return renewed
+}
+
+// stop stops a sector whose lease this worker still holds and is about
+// to release (a hand-over, a clean stop): OnLose runs while Valid still
+// says so (up to three quarters of a TTL after the last renewal), so that
+// the stopping sector's last writes (its lineage) go out under its lease;
+// then the lease is forgotten.
+func (k *Keeper) stop(l Lease, cause error) {
+	if k.cfg.OnLose != nil {
+		k.cfg.OnLose(l, cause)
+	}
+	k.mu.Lock()
+	if h := k.held[l.Sector]; h != nil && h.lease.Epoch == l.Epoch {
+		delete(k.held, l.Sector)
+	}
+	k.mu.Unlock()
+}
+
+// lose forgets a lease this worker no longer holds (or may not: a renewal
+// failed), then stops its sector: Valid is false from the start.
 func (k *Keeper) lose(l Lease, err error) {
 	k.mu.Lock()
 	delete(k.held, l.Sector)
@@ -246,9 +290,10 @@ func (k *Keeper) Round(ctx context.Context) {
 		case h != nil && !want:
 			k.log.Info("sector assigned to another worker: handing it over", "sector", s, "epoch", h.lease.Epoch,
 				"to", Assign(l.cfg.World, s, workers))
-			k.lose(h.lease, nil)
+			lease := k.renewBeforeStop(ctx, h.lease)
+			k.stop(lease, nil)
 			octx, cancel := k.opCtx(ctx)
-			if err := l.Release(octx, h.lease); err != nil {
+			if err := l.Release(octx, lease); err != nil {
 				k.log.Warn("release", "sector", s, "err", err)
 			}
 			cancel()

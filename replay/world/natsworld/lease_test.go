@@ -246,10 +246,15 @@ type sectorLog struct {
 	mu      sync.Mutex
 	running map[uint32]uint64 // sector -> epoch
 	lost    []error
+	// validAtLose is, per lost, whether the keeper's Valid held for the
+	// lease while the sector was being stopped.
+	validAtLose []bool
+	k           *Keeper
 }
 
 func (s *sectorLog) keeper(t *testing.T, l *Leases, sectors int) *Keeper {
 	s.running = map[uint32]uint64{}
+	var k *Keeper
 	k, err := NewKeeper(KeeperConfig{Leases: l, Sectors: sectors, Logger: quiet(),
 		OnAcquire: func(le Lease) {
 			s.mu.Lock()
@@ -257,15 +262,45 @@ func (s *sectorLog) keeper(t *testing.T, l *Leases, sectors int) *Keeper {
 			s.mu.Unlock()
 		},
 		OnLose: func(le Lease, err error) {
+			valid := k.Valid(le.Sector, le.Epoch)
 			s.mu.Lock()
 			delete(s.running, le.Sector)
 			s.lost = append(s.lost, err)
+			s.validAtLose = append(s.validAtLose, valid)
 			s.mu.Unlock()
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// checkValidAtLose: a sector whose lease was lost is stopped after Valid
+// turned false; one handed over (err nil) or stopped cleanly (ctx's
+// error) while its lease is still valid, freshly renewed, so that its
+// last writes go out (on a machine that stalls past three quarters of a
+// TTL in between, Valid has run out: at least one of them must have
+// been valid).
+func (s *sectorLog) checkValidAtLose(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stops, valid := 0, 0
+	for i, err := range s.lost {
+		if errors.Is(err, ErrLost) {
+			if s.validAtLose[i] {
+				t.Fatalf("sector stopped (%v) with its lease still valid", err)
+			}
+			continue
+		}
+		stops++
+		if s.validAtLose[i] {
+			valid++
+		}
+	}
+	if stops > 0 && valid == 0 {
+		t.Fatalf("none of %d sectors handed over or stopped had a valid lease while stopping", stops)
+	}
 }
 
 func (s *sectorLog) sectors() []uint32 {
@@ -368,6 +403,7 @@ func TestKeepersRebalanceAndTakeOver(t *testing.T) {
 	if nLost != len(dead) {
 		t.Fatalf("w2 ran %v before its pause; %d lost renewals after it: %v", dead, nLost, lost)
 	}
+	logs[2].checkValidAtLose(t)
 	// A clean stop releases at once.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
@@ -377,6 +413,7 @@ func TestKeepersRebalanceAndTakeOver(t *testing.T) {
 	if got := logs[0].sectors(); len(got) != 0 {
 		t.Fatalf("w0 still runs %v after its stop", got)
 	}
+	logs[0].checkValidAtLose(t) // hand-overs to w1 and w2, then the clean stop
 	waitFor(t, "w1 and w2 to take everything", func() bool {
 		round(1, 2)
 		return ownedOnce([]int{1, 2})

@@ -29,6 +29,10 @@ type LineageStoreConfig struct {
 	// Replicas is the replication factor when the store is created: 1
 	// (default) for one server, 3 for a NATS cluster.
 	Replicas int
+	// KindNames, if set, are stored (lineage.PutKindNames) for the
+	// queries to print the kinds of commands by name: a sector worker
+	// gives its game's (world.Game.KindNames); a reader need not.
+	KindNames map[uint8]string
 }
 
 // LineageStore is a lineage.Store shared by every sector worker and front
@@ -61,7 +65,28 @@ func OpenLineageStore(ctx context.Context, js jetstream.JetStream, cfg LineageSt
 	if err != nil {
 		return nil, err
 	}
-	return &LineageStore{b: b, world: strconv.FormatUint(uint64(cfg.World), 10)}, nil
+	s := &LineageStore{b: b, world: strconv.FormatUint(uint64(cfg.World), 10)}
+	if cfg.KindNames != nil {
+		if err := lineage.PutKindNames(ctx, s, cfg.KindNames); err != nil {
+			return nil, fmt.Errorf("natsworld: lineage store: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// OpenWorkerLineage returns what a sector worker gives as
+// WorkerConfig.Lineage: the shared lineage store of cfg.World when on
+// (OpenLineageStore; give the game's KindNames), else nil (the worker
+// then records no lineage).
+func OpenWorkerLineage(ctx context.Context, js jetstream.JetStream, on bool, cfg LineageStoreConfig) (lineage.Store, error) {
+	if !on {
+		return nil, nil
+	}
+	s, err := OpenLineageStore(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // rangeKey names a range ("r") or its description ("i").
@@ -121,6 +146,15 @@ func (s *LineageStore) ranges(ctx context.Context, prefix string) ([]lineage.Ran
 		return cmp.Or(cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.FirstTick, b.FirstTick))
 	})
 	return out, nil
+}
+
+// shardRanges returns the descriptions of shard's ranges (Ranges, one
+// shard's).
+func (s *LineageStore) shardRanges(ctx context.Context, shard lineage.ShardID) ([]lineage.RangeInfo, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	return s.ranges(ctx, fmt.Sprintf("i.%s.%d.", s.world, shard))
 }
 
 // GetRange implements lineage.Store.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/anoptic/broadside/lineage"
 )
@@ -135,5 +136,102 @@ func TestLineageStore(t *testing.T) {
 	}
 	if err := s.Close(); !errors.Is(err, lineage.ErrClosed) {
 		t.Fatalf("second close: %v", err)
+	}
+}
+
+// TestOpenWorkerLineage: off, a worker gets no store (a nil interface,
+// not a nil *LineageStore it would write to); on, the shared store with
+// the game's kind names, which a reader opened without them sees.
+func TestOpenWorkerLineage(t *testing.T) {
+	js := startNATS(t)
+	ctx := ctxT(t)
+	if s, err := OpenWorkerLineage(ctx, js(), false, LineageStoreConfig{World: 1}); s != nil || err != nil {
+		t.Fatalf("off: %v, %v", s, err)
+	}
+	names := map[uint8]string{1: "move", 7: "fire"}
+	if _, err := OpenWorkerLineage(ctx, js(), true, LineageStoreConfig{World: 1, KindNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := OpenLineageStore(ctx, js(), LineageStoreConfig{World: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := lineage.KindNames(ctx, reader)
+	if err != nil || len(got) != 2 || got[7] != "fire" {
+		t.Fatalf("kind names %v, %v", got, err)
+	}
+	if _, err := OpenWorkerLineage(ctx, js(), true, LineageStoreConfig{}); err == nil {
+		t.Fatal("world 0 opened")
+	}
+}
+
+// TestLineageTail: the newest tick the shared store holds of a sector,
+// which bounds a takeover's restore (Worker.restore), counts that
+// sector's ranges only.
+func TestLineageTail(t *testing.T) {
+	js := startNATS(t)
+	ctx := ctxT(t)
+	s, err := OpenLineageStore(ctx, js(), LineageStoreConfig{World: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][3]uint64{{1, 0, 1}, {1, 128, 200}, {2, 256, 900}, {12, 0, 5}} {
+		info, b := lineageRange(t, lineage.ShardID(r[0]), r[1], 40, r[2])
+		if err := s.PutRange(ctx, info, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &Worker{cfg: WorkerConfig{Lineage: s}}
+	for sector, want := range map[uint32]uint64{1: 167, 2: 295, 3: 0, 12: 39} {
+		if got, err := w.lineageTail(ctx, sector); err != nil || got != want {
+			t.Fatalf("sector %d: tail %d, %v; want %d", sector, got, err, want)
+		}
+	}
+	// Any lineage.Store answers too (through Ranges).
+	mem := lineage.NewMemStore()
+	info, b := lineageRange(t, 2, 256, 10, 1)
+	if err := mem.PutRange(ctx, info, b); err != nil {
+		t.Fatal(err)
+	}
+	w = &Worker{cfg: WorkerConfig{Lineage: mem}}
+	if got, err := w.lineageTail(ctx, 2); err != nil || got != 265 {
+		t.Fatalf("memory store: tail %d, %v", got, err)
+	}
+}
+
+// flakyLineage fails its first fails puts.
+type flakyLineage struct {
+	lineage.Store
+	fails, puts int
+}
+
+func (f *flakyLineage) PutRange(ctx context.Context, info lineage.RangeInfo, b []byte) error {
+	f.puts++
+	if f.puts <= f.fails {
+		return errors.New("nats: timeout")
+	}
+	return f.Store.PutRange(ctx, info, b)
+}
+
+// TestFencedLineageRetries: an owner's range write that fails, or meets
+// the lease invalid for a moment (a late renewal), goes out once it can;
+// one whose lease never comes back is refused when ctx ends.
+func TestFencedLineageRetries(t *testing.T) {
+	ctx := ctxT(t)
+	info, b := lineageRange(t, 1, 0, 10, 1)
+	flaky := &flakyLineage{Store: lineage.NewMemStore(), fails: 2}
+	var checks int
+	valid := func() bool { checks++; return checks != 2 } // invalid once
+	if err := (fencedLineage{Store: flaky, valid: valid}).PutRange(ctx, info, b); err != nil {
+		t.Fatal(err)
+	}
+	if infos, _ := flaky.Ranges(ctx); len(infos) != 1 || flaky.puts != 3 {
+		t.Fatalf("after 2 failures and an invalid moment: %d puts, ranges %v", flaky.puts, infos)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	never := fencedLineage{Store: lineage.NewMemStore(), valid: func() bool { return false }}
+	if err := never.PutRange(cctx, info, b); !errors.Is(err, errNotOwner) {
+		t.Fatalf("a lease never valid again: %v", err)
 	}
 }

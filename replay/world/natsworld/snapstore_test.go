@@ -3,6 +3,7 @@ package natsworld
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/anoptic/broadside/replay/snapshot"
@@ -68,5 +69,54 @@ func TestSnapshotStore(t *testing.T) {
 	s.Close()
 	if _, err := s.List(ctx, 2); !errors.Is(err, snapshot.ErrClosed) {
 		t.Fatalf("after close: %v", err)
+	}
+}
+
+// TestBoundedStore: a restore bounded by the shared lineage's last tick
+// lists only the snapshots at or before it; when there is none, nothing
+// in a young world (a replay from the start) and all of them in an older
+// one (a lineage gap rather than a long replay), unless strict.
+func TestBoundedStore(t *testing.T) {
+	ctx := ctxT(t)
+	store := func(ticks ...uint64) snapshot.Store {
+		m := snapshot.NewMemStore()
+		for _, tick := range ticks {
+			if err := m.Put(ctx, testMeta(1, tick, 1), []byte{1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return m
+	}
+	young, old := store(10, 20, 30), store(10, 20, 30, 2000, 3000)
+	late := store(2000, 3000) // snapshots only long after the bound
+	ticks := func(s snapshot.Store) []uint64 {
+		t.Helper()
+		metas, err := s.List(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint64
+		for _, m := range metas {
+			out = append(out, m.Tick)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		s    boundedStore
+		want string
+	}{
+		{boundedStore{Store: young, max: 25}, "[10 20]"},
+		{boundedStore{Store: young, max: 30}, "[10 20 30]"},
+		{boundedStore{Store: young, max: 5}, "[]"}, // a young world: replay it all
+		{boundedStore{Store: young, max: 0}, "[]"},
+		{boundedStore{Store: old, max: 2500}, "[10 20 30 2000]"},
+		{boundedStore{Store: old, max: 5}, "[10 20 30 2000 3000]"},
+		{boundedStore{Store: old, max: 5, strict: true}, "[]"},
+		{boundedStore{Store: late, max: 1500}, "[2000 3000]"}, // a gap, not a replay of 1500 ticks
+		{boundedStore{Store: late, max: 1500, strict: true}, "[]"},
+	} {
+		if got := fmt.Sprint(ticks(c.s)); got != c.want {
+			t.Fatalf("bounded by %d (strict %v): %s, want %s", c.s.max, c.s.strict, got, c.want)
+		}
 	}
 }

@@ -142,6 +142,10 @@ type hotCopy struct {
 	// them, so that players miss no tick stepped between the previous
 	// owner's last frame and the takeover.
 	recent []SectorFrame
+	// local keeps the copy's own snapshots (with WorkerConfig.Lineage):
+	// a takeover starts from one at or before the shared lineage's last
+	// tick, so that the ticks after it are recorded again.
+	local snapshot.Store
 }
 
 // hotFrames is how many recent frames a hot copy keeps (4 s at 30 Hz).
@@ -152,6 +156,7 @@ type hotState struct {
 	sim    replay.TableSim
 	cp     replay.Checkpoint
 	recent []SectorFrame
+	local  snapshot.Store // the copy's own snapshots (nil without lineage)
 }
 
 type sectorRun struct {
@@ -279,7 +284,7 @@ func stopHot(hc *hotCopy) *hotState {
 	if !slices.ContainsFunc(cp.Fences, func(f snapshot.Fence) bool { return f.Shard == r.Shard() && f.Epoch != 0 }) {
 		return nil
 	}
-	return &hotState{sim: sim, cp: cp, recent: hc.recent}
+	return &hotState{sim: sim, cp: cp, recent: hc.recent, local: hc.local}
 }
 
 // runStandby keeps a hot copy of every sector this worker does not own.
@@ -334,8 +339,13 @@ func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 		}
 		return
 	}
+	var local *replay.SnapshotConfig
+	if w.cfg.Lineage != nil {
+		hc.local = snapshot.NewMemStore()
+		local = &replay.SnapshotConfig{Store: hc.local, Policy: w.cfg.Policy, KeepChains: 2}
+	}
 	r, err := replay.NewRunner(replay.RunnerConfig{World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1),
-		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger,
+		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger, Snapshots: local,
 		Observer: func(info replay.TickInfo) {
 			w.observeTick(info.Tick)
 			f := SectorFrame{World: w.cfg.World, Sector: s, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash}
@@ -401,6 +411,9 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	type restored struct {
 		res replay.Restored
 		err error
+	}
+	if hot != nil && w.cfg.Lineage != nil {
+		hot = w.rewindHot(ctx, s, hot)
 	}
 	var prefetch chan restored
 	var pwg sync.WaitGroup
@@ -489,8 +502,24 @@ func (w *Worker) sectorStore(sector uint32, epoch uint64) fencedStore {
 // restore restores sector from the shared store and drops the snapshots
 // newer than the one restored: they were not usable (a previous owner
 // died writing them), and no chain may mix owners.
+//
+// With lineage, it restores from a snapshot at or before the last tick
+// the shared lineage store holds of the sector (if there is one): the
+// previous owner flushed its lineage at most LineageFlushTicks before its
+// newest snapshot, and the ticks in between must be recorded again, not
+// left empty.
 func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) (replay.Restored, error) {
-	res, err := replay.RestoreShard(ctx, store, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
+	var src snapshot.Store = store
+	if w.cfg.Lineage != nil {
+		// The sector comes first: without the bound its lineage may miss
+		// (or hold empty) the ticks after the last flush.
+		if last, err := w.lineageTail(ctx, sector); err != nil {
+			w.log.Warn("restore: the shared lineage's last tick unknown; restoring from the newest snapshot", "sector", sector, "err", err)
+		} else {
+			src = boundedStore{Store: store, max: last}
+		}
+	}
+	res, err := replay.RestoreShard(ctx, src, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
 	if err != nil {
 		return replay.Restored{}, err
 	}
@@ -529,8 +558,10 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 	var buf []byte
 	var applied []Applied
 	rec := lineage.Nop
+	var lin *lineage.Log
+	flushed := false // this owner's first tick's lineage
 	if w.cfg.Lineage != nil {
-		lin := lineage.NewLog(lineage.LogOptions{Store: fencedLineage{Store: w.cfg.Lineage, valid: valid}, Background: true})
+		lin = lineage.NewLog(lineage.LogOptions{Store: fencedLineage{Store: w.cfg.Lineage, valid: valid}, Background: true})
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
@@ -548,6 +579,15 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 			w.observeTick(info.Tick)
 			if !valid() {
 				return // paused past the lease: publish nothing
+			}
+			if lin != nil && !flushed {
+				// Where this owner's lineage begins goes out at once: a
+				// successor's restore is bounded by it (restore), even if
+				// this owner dies before its first snapshot.
+				flushed = true
+				if err := lin.Flush(ctx); err != nil {
+					w.log.Debug("lineage: first flush", "sector", s, "err", err)
+				}
 			}
 			f := SectorFrame{World: w.cfg.World, Sector: s, Epoch: epoch, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash,
 				Published: time.Now().UnixNano()}
@@ -815,6 +855,89 @@ type fencedStore struct {
 // errNotOwner refuses a write of a sector whose lease is not valid.
 var errNotOwner = errors.New("natsworld: write refused: the sector's lease is not valid")
 
+// lineageTail returns the newest tick of sector the shared lineage store
+// holds (0: none).
+func (w *Worker) lineageTail(ctx context.Context, sector uint32) (uint64, error) {
+	var infos []lineage.RangeInfo
+	var err error
+	if ls, ok := w.cfg.Lineage.(*LineageStore); ok {
+		infos, err = ls.shardRanges(ctx, lineage.ShardID(sector))
+	} else {
+		infos, err = w.cfg.Lineage.Ranges(ctx)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("natsworld: sector %d: the shared lineage's last tick: %w", sector, err)
+	}
+	var last uint64
+	for _, in := range infos {
+		if uint32(in.Shard) == sector {
+			last = max(last, in.LastTick)
+		}
+	}
+	return last, nil
+}
+
+// rewindHot returns where a takeover from hot starts, with lineage: hot
+// itself if it is not past the shared lineage's last tick of sector s,
+// else the copy's own newest snapshot at or before that tick (its state
+// then steps the ticks in between again, recording their lineage). It
+// returns nil (restore from the shared store) if there is none usable.
+func (w *Worker) rewindHot(ctx context.Context, s uint32, hot *hotState) *hotState {
+	last, err := w.lineageTail(ctx, s)
+	switch {
+	case err != nil:
+		w.log.Warn("standby: the shared lineage's last tick unknown; restoring from the shared store", "sector", s, "err", err)
+		return nil
+	case hot.cp.Tick <= last:
+		return hot
+	case last == 0 && hot.cp.Tick >= freshReplayTicks:
+		return hot // no lineage of the sector yet, late in the world: it begins here
+	case hot.local == nil || last == 0:
+		return nil // a young world: the restore replays it from the start
+	}
+	res, err := replay.RestoreShard(ctx, boundedStore{Store: hot.local, max: last, strict: true}, nil, s,
+		func() (replay.TableSim, error) { return w.cfg.Game.NewSim(s) })
+	if err != nil || res.Tip == nil || !slices.ContainsFunc(res.Start.Fences, func(f snapshot.Fence) bool { return f.Shard == s && f.Epoch != 0 }) {
+		return nil // no local snapshot at or before it, or one from before the copy read a claim of the sector
+	}
+	return &hotState{sim: res.Sim, cp: res.Start, recent: hot.recent}
+}
+
+// boundedStore is a snapshot store whose List leaves out the snapshots
+// after tick max: a restore from it starts at max at the latest. When
+// none is at or before max, it lists nothing (a replay from the world's
+// start) if the newest is under freshReplayTicks or strict, else all of
+// them (a lineage gap rather than a long replay).
+type boundedStore struct {
+	snapshot.Store
+	max    uint64
+	strict bool
+}
+
+// freshReplayTicks is the age of a world (its newest snapshot's tick)
+// under which a takeover rather replays it from its start than leaves a
+// lineage gap (about half a minute of play: a fraction of a second to
+// replay).
+const freshReplayTicks = 1024
+
+// List implements snapshot.Store.
+func (s boundedStore) List(ctx context.Context, shard uint32) ([]snapshot.Meta, error) {
+	metas, err := s.Store.List(ctx, shard)
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshot.Meta
+	for _, m := range metas {
+		if m.Tick <= s.max {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 && !s.strict && slices.ContainsFunc(metas, func(m snapshot.Meta) bool { return m.Tick >= freshReplayTicks }) {
+		return metas, nil
+	}
+	return out, nil
+}
+
 // fencedLineage is the shared lineage store as a sector's owner sees it:
 // writes and deletions only while its lease is valid (a stale owner's
 // partial range would replace a longer one).
@@ -823,12 +946,36 @@ type fencedLineage struct {
 	valid func() bool
 }
 
-// PutRange implements lineage.Store.
+// PutRange implements lineage.Store. A range that does not go out (NATS
+// failing over, the lease not valid for a moment while a renewal is late)
+// is tried again for up to lineageRetry: the lineage log does not write
+// a sealed range twice, and a lost one leaves a gap.
 func (s fencedLineage) PutRange(ctx context.Context, info lineage.RangeInfo, data []byte) error {
-	if !s.valid() {
-		return errNotOwner
+	return s.retry(ctx, func() error { return s.Store.PutRange(ctx, info, data) })
+}
+
+// lineageRetry bounds how long a lineage write is tried again.
+const lineageRetry = 10 * time.Second
+
+// retry runs put while the lease is valid, again after a failure or an
+// invalid moment, with backoff, until it succeeds, ctx ends or
+// lineageRetry has passed (then errNotOwner if the lease was never valid
+// again, else put's error).
+func (s fencedLineage) retry(ctx context.Context, put func() error) error {
+	deadline := time.Now().Add(lineageRetry)
+	backoff := 20 * time.Millisecond
+	for {
+		err := errNotOwner
+		if s.valid() {
+			if err = put(); err == nil {
+				return nil
+			}
+		}
+		if ctx.Err() != nil || time.Now().Add(backoff).After(deadline) || !sleep(ctx, backoff) {
+			return err
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	return s.Store.PutRange(ctx, info, data)
 }
 
 // DeleteBefore implements lineage.Store.
@@ -839,12 +986,9 @@ func (s fencedLineage) DeleteBefore(ctx context.Context, shard lineage.ShardID, 
 	return s.Store.DeleteBefore(ctx, shard, firstTick)
 }
 
-// PutMeta implements lineage.Store.
+// PutMeta implements lineage.Store (tried again as PutRange).
 func (s fencedLineage) PutMeta(ctx context.Context, name string, value []byte) error {
-	if !s.valid() {
-		return errNotOwner
-	}
-	return s.Store.PutMeta(ctx, name, value)
+	return s.retry(ctx, func() error { return s.Store.PutMeta(ctx, name, value) })
 }
 
 // Close implements lineage.Store: the shared store outlives a sector.

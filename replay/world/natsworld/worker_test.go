@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/anoptic/broadside/cmdlog"
@@ -23,20 +28,25 @@ import (
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
 	"github.com/anoptic/broadside/replay/snapshot"
+	"github.com/anoptic/broadside/replay/world"
 )
 
 // framePublisher records the frames and takeover reports of every worker
-// of a test.
+// of a test, and forwards them to NATS if nc is set (a front end's).
 type framePublisher struct {
 	mu        sync.Mutex
 	frames    []SectorFrame
 	takeovers []TakeoverReport
 	latest    map[uint32]uint64
+	nc        *nats.Conn
 }
 
 func (p *framePublisher) Publish(subject string, data []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.nc != nil {
+		_ = p.nc.Publish(subject, data)
+	}
 	if f, err := DecodeSectorFrame(data); err == nil {
 		f.Payload = nil
 		p.frames = append(p.frames, f)
@@ -70,7 +80,10 @@ func (p *framePublisher) minTick(sectors int) uint64 {
 // and the log; the second keeps hot copies of the others), then the first losing its NATS connection as a crash
 // would (its leases lapse; the second takes everything over). Every frame
 // either published must equal an uninterrupted re-simulation of the log,
-// and every sector must reach the end.
+// and every sector must reach the end. A front end node follows the
+// frames throughout: the hashes it publishes (/world/hashes) and the
+// lineage queries it answers from the shared store must equal the
+// re-simulation's.
 func TestWorkersRebalanceAndTakeOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a world for seconds")
@@ -95,7 +108,23 @@ func TestWorkersRebalanceAndTakeOver(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pub := &framePublisher{latest: map[uint32]uint64{}}
+	pubConn, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pubConn.Close()
+	pub := &framePublisher{latest: map[uint32]uint64{}, nc: pubConn}
+	feConn, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer feConn.Close()
+	feFrames := world.NewFrames(game.Shards, func(tick uint64) world.Frame { return &partFrame{tick: tick, parts: map[uint32]string{}} })
+	fe, err := StartFrontEndNode(ctx, FrontEndNodeConfig{World: 1, Sectors: game.Shards, Frames: feFrames, Conn: feConn, Logger: quiet(), Lineage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fe.Stop()
 	type running struct {
 		cancel context.CancelFunc
 		done   chan error
@@ -119,7 +148,7 @@ func TestWorkersRebalanceAndTakeOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lin, err := OpenLineageStore(ctx, js, LineageStoreConfig{World: 1})
+		lin, err := OpenLineageStore(ctx, js, LineageStoreConfig{World: 1, KindNames: game.KindNames})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,6 +274,9 @@ func TestWorkersRebalanceAndTakeOver(t *testing.T) {
 		}
 	}
 	wantLin := lineage.NewMemStore()
+	if err := lineage.PutKindNames(ctx, wantLin, game.KindNames); err != nil {
+		t.Fatal(err)
+	}
 	for s := range uint32(game.Shards) {
 		sim, err := game.NewSim(s)
 		if err != nil {
@@ -263,7 +295,11 @@ func TestWorkersRebalanceAndTakeOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	checkSharedLineage(t, ctx, e, wantLin)
+	pub.mu.Lock()
+	stepped := maps.Clone(pub.latest)
+	pub.mu.Unlock()
+	checkSharedLineage(t, ctx, e, wantLin, stepped)
+	checkFrontEnd(t, ctx, fe, want, wantLin)
 	pub.mu.Lock()
 	defer pub.mu.Unlock()
 	checked := 0
@@ -288,7 +324,11 @@ func TestWorkersRebalanceAndTakeOver(t *testing.T) {
 // uninterrupted re-simulation's: every tick the shared store holds must
 // have the same inputs and events, and the store must hold the ticks of
 // every sector from its first range on.
-func checkSharedLineage(t *testing.T, ctx context.Context, e *natscoord.Embedded, want lineage.Store) {
+//
+// stepped is each sector's newest tick a worker published a frame of:
+// the re-simulation may go further (tick markers the Ticker appended
+// after the sectors stopped), and those ticks nobody ran.
+func checkSharedLineage(t *testing.T, ctx context.Context, e *natscoord.Embedded, want lineage.Store, stepped map[uint32]uint64) {
 	t.Helper()
 	nc, err := e.Connect()
 	if err != nil {
@@ -341,7 +381,7 @@ func checkSharedLineage(t *testing.T, ctx context.Context, e *natscoord.Embedded
 	}
 	var missing []string
 	for k := range exp {
-		if _, ok := got[k]; !ok {
+		if _, ok := got[k]; !ok && k[1] <= stepped[uint32(k[0])] {
 			missing = append(missing, fmt.Sprintf("%d/%d", k[0], k[1]))
 		}
 	}
@@ -350,4 +390,101 @@ func checkSharedLineage(t *testing.T, ctx context.Context, e *natscoord.Embedded
 		t.Fatalf("%d ticks of shared lineage match the re-simulation's (%d with inputs or events); missing from the shared store: %v", same, events, missing)
 	}
 	t.Logf("shared lineage: %d ticks equal the re-simulation's (%d with inputs or events), none missing", same, events)
+}
+
+// checkFrontEnd compares what a front end node answers with the
+// uninterrupted re-simulation: every hash its /world/hashes lists (and it
+// must list most ticks of every sector), and the lineage queries (why
+// each player's ship is as it is, and what a tick's inputs were) it
+// answers from the shared store.
+func checkFrontEnd(t *testing.T, ctx context.Context, fe *FrontEndNode, want map[[2]uint64]uint64, wantLin lineage.Store) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	FrontEndHashesHandler(func() *FrontEndNode { return fe }).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/world/hashes?from=1", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("front end /world/hashes: %d %s", rec.Code, rec.Body)
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(rec.Body.String()), "\n") {
+		var tick, sector, hash, pos uint64
+		if _, err := fmt.Sscanf(line, "%d %d %x %d", &tick, &sector, &hash, &pos); err != nil {
+			t.Fatalf("front end /world/hashes line %q: %v", line, err)
+		}
+		w, ok := want[[2]uint64{sector, tick}]
+		if !ok {
+			continue
+		}
+		if w != hash {
+			t.Fatalf("front end /world/hashes: sector %d tick %d %#x, re-simulation %#x", sector, tick, hash, w)
+		}
+		checked++
+	}
+	if st := fe.Stats(); checked < 4*150 || st.HashConflicts != 0 {
+		t.Fatalf("front end: %d hashes equal the re-simulation's, %d conflicts", checked, st.HashConflicts)
+	}
+
+	store, release := fe.LineageStore()
+	defer release()
+	if store == nil {
+		t.Fatal("the front end has no lineage store")
+	}
+	got, err := lineage.LoadIndex(ctx, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := lineage.LoadIndex(ctx, wantLin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last tick every sector's shared lineage reaches.
+	through := ^uint64(0)
+	for s := range lineage.ShardID(4) {
+		var last uint64
+		for _, r := range got.Ranges() {
+			if r.Shard == s {
+				last = max(last, r.LastTick)
+			}
+		}
+		through = min(through, last)
+	}
+	if through < 100 {
+		t.Fatalf("the shared lineage reaches tick %d of every sector", through)
+	}
+	whys, inputs, named := 0, 0, 0
+	for _, tick := range []uint64{through / 2, through} {
+		for p := uint32(1); p <= 8; p++ {
+			g, gerr := got.Why(lineage.AnyShard, broadside.ShipID(p), tick, -1)
+			w, werr := exp.Why(lineage.AnyShard, broadside.ShipID(p), tick, -1)
+			if (gerr == nil) != (werr == nil) {
+				t.Fatalf("why ship:%d at tick %d: front end %v, re-simulation %v", p, tick, gerr, werr)
+			}
+			if gerr != nil {
+				continue
+			}
+			if gs, ws := fmt.Sprint(g.Applications, g.AllCauses(), g.Chain()), fmt.Sprint(w.Applications, w.AllCauses(), w.Chain()); gs != ws {
+				t.Fatalf("why ship:%d at tick %d: front end %s\nre-simulation %s", p, tick, gs, ws)
+			}
+			whys++
+		}
+	}
+	for tick := uint64(1); tick <= through; tick++ {
+		g, _ := got.Frame(tick)
+		w, _ := exp.Frame(tick)
+		if gs, ws := fmt.Sprintf("%+v", g), fmt.Sprintf("%+v", w); gs != ws {
+			t.Fatalf("frame %d: front end %s\nre-simulation %s", tick, gs, ws)
+		}
+		for _, fs := range g.Shards {
+			for _, in := range fs.Inputs {
+				inputs++
+				if in.KindName != "" {
+					named++
+				}
+			}
+		}
+	}
+	if whys < 8 || inputs == 0 || named != inputs {
+		t.Fatalf("front end lineage: %d why answers, %d frame inputs (%d named) compared", whys, inputs, named)
+	}
+	t.Logf("front end: %d hashes, %d why answers (ticks %d and %d) and the frames of ticks 1 to %d (%d inputs) equal the re-simulation's",
+		checked, whys, through/2, through, through, inputs)
 }

@@ -214,3 +214,28 @@ func (d *decoder) nodes(field string) []msg.NodeID {
 	}
 	return ids
 }
+
+// maxListItems is the longest list cmdlog/codec decodes (codec.MaxItems):
+// a view record goes over the mesh in StartView and CoordResp too.
+const maxListItems = 1 << 16
+
+// CheckViewRecord reports whether rec can be stored and sent: it encodes
+// within MaxRecordBytes (NATS's payload limit) and each of its lists has
+// at most 65,536 items (the mesh codec's limit). The replicas keep their
+// records far below both (dedup.Fit); a coordinator refuses a record that
+// fails.
+func CheckViewRecord(rec msg.ViewRecord) error {
+	if len(rec.Dedup) > maxListItems || len(rec.Members) > maxListItems ||
+		(rec.Change != nil && len(rec.Change.NewMembers) > maxListItems) {
+		return fmt.Errorf("%w: a list over %d items", ErrBadRecord, maxListItems)
+	}
+	for _, d := range rec.Dedup {
+		if len(d.Above) > maxListItems {
+			return fmt.Errorf("%w: client %d has %d ids above its mark, over %d", ErrBadRecord, d.Client, len(d.Above), maxListItems)
+		}
+	}
+	if n := len(EncodeViewRecord(rec)); n > MaxRecordBytes {
+		return fmt.Errorf("%w: %d bytes encoded, over %d", ErrBadRecord, n, MaxRecordBytes)
+	}
+	return nil
+}

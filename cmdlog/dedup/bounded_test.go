@@ -22,7 +22,7 @@ func TestWorstCaseFitsTheViewRecord(t *testing.T) {
 	for c := uint64(0); c < clients; c++ {
 		client := math.MaxUint64 - c
 		base := uint64(math.MaxUint64 - 1000)
-		tb.Raise(client, base, math.MaxUint64-1) // mark base-1, the largest lease
+		tb.Raise(client, base, math.MaxUint64-1)             // mark base-1, the largest lease
 		for k := uint64(1); k < dedup.DefaultWindow-1; k++ { // base itself missing
 			id := msg.RecordID{Client: client, Seq: base + k}
 			if !tb.InWindow(id, dedup.DefaultWindow) {

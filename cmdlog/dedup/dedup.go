@@ -145,18 +145,35 @@ func (t *Table) InWindow(id msg.RecordID, window int) bool {
 	return id.Seq <= mark || id.Seq-mark < uint64(window) || t.Has(id)
 }
 
-// EvictOldest drops the least recently active client (a recency
-// eviction: never safe while its lease is live; kept only for the
-// simulator's injected bug).
-func (t *Table) EvictOldest() {
-	var oldest uint64
-	var at uint64 = 1<<64 - 1
-	for c, w := range t.clients {
-		if w.last < at || (w.last == at && c < oldest) {
-			oldest, at = c, w.last
-		}
+// MostRecent exports, in client order, the marks of the n most recently
+// active clients: what the replicas kept before leases, unsafe (a client
+// quiet while n others appended is forgotten, and its retry stored
+// again); kept only for the simulator's injected bug.
+func (t *Table) MostRecent(n int) []msg.ClientMark {
+	ids := make([]uint64, 0, len(t.clients))
+	for c := range t.clients {
+		ids = append(ids, c)
 	}
-	delete(t.clients, oldest)
+	slices.SortFunc(ids, func(a, b uint64) int {
+		if t.clients[a].last != t.clients[b].last {
+			if t.clients[a].last > t.clients[b].last {
+				return -1
+			}
+			return 1
+		}
+		if a < b {
+			return -1
+		}
+		return 1
+	})
+	ids = ids[:min(n, len(ids))]
+	slices.Sort(ids)
+	out := make([]msg.ClientMark, 0, len(ids))
+	for _, c := range ids {
+		w := t.clients[c]
+		out = append(out, msg.ClientMark{Client: c, Mark: w.mark, Above: slices.Clone(w.above), View: w.view})
+	}
+	return out
 }
 
 // Has reports whether id was recorded.

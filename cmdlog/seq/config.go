@@ -112,9 +112,10 @@ type Bugs struct {
 	// so a replica recovered from a compacted WAL forgets the records it
 	// stored since, and stores a client's resend of one of them again.
 	CheckpointForgetsDedup bool
-	// EvictByRecency admits a new client into a full table by evicting
-	// the least recently active one (what the replicas did before dedup
-	// leases): an evicted client's retry is stored a second time.
+	// EvictByRecency admits every client, and a view change keeps the
+	// marks of the MaxClients most recently active ones (what the
+	// replicas did before dedup leases): a client quiet while that many
+	// others appended is forgotten, and its retry stored a second time.
 	EvictByRecency bool
 }
 

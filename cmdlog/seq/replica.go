@@ -472,10 +472,7 @@ func (r *Replica) admit(m msg.Append) bool {
 		return true
 	}
 	if r.cfg.Bugs.EvictByRecency {
-		for r.dedup.Len() > 0 && r.dedup.Len()+len(fresh) > r.cfg.MaxClients {
-			r.dedup.EvictOldest()
-		}
-		return true
+		return true // the view change keeps the most recent instead
 	}
 	if gc := r.pendingGC; gc != nil {
 		named := 0

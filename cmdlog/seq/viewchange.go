@@ -252,6 +252,9 @@ func (r *Replica) maybeActivate() {
 		// expire here).
 		Dedup: r.dedup.Live(f.epoch, uint64(r.cfg.LeaseViews)),
 	}
+	if r.cfg.Bugs.EvictByRecency {
+		f.target.Dedup = r.dedup.MostRecent(r.cfg.MaxClients)
+	}
 	if err := dedup.Fit(f.target.Dedup); err != nil {
 		// Admission and the window keep the marks within the budget.
 		r.violate("view %d: %v", f.epoch, err)

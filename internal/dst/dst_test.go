@@ -39,7 +39,7 @@ func TestSimulate(t *testing.T) {
 	}
 	var failed []uint64
 	var total Result
-	faulty := 0
+	faulty, dedupSeeds := 0, 0
 	for i := range n {
 		seed := *flagFirst + uint64(i)
 		opts := Options{Seed: seed}
@@ -67,17 +67,31 @@ func TestSimulate(t *testing.T) {
 		total.Duplicated += res.Duplicated
 		total.Reads += res.Reads
 		total.Busy += res.Busy
+		total.Admission += res.Admission
+		total.Rolls += res.Rolls
+		total.FloorRaises += res.FloorRaises
+		total.Unknown += res.Unknown
+		total.Quiet += res.Quiet
+		if res.DedupSeed {
+			dedupSeeds++
+		}
 	}
 	mode := ""
 	if *flagFsync {
 		mode = " (fsync durability)"
 	}
-	line := "dst%s: %d seeds, %d violations (%d seeds with faults; %d appends, %d acked, %d reads, %d view changes, %d crashes, %d false crash reports, %d recoveries from compacted WALs, %d partitions, %d drops, %d duplicates, %d busy rejects)\n"
-	args := []any{mode, n, len(failed), faulty, total.Appends, total.Acked, total.Reads, total.ViewChanges, total.Crashes, total.FalseGone, total.CompactedRecoveries, total.Partitions, total.Dropped, total.Duplicated, total.Busy}
+	line := "dst%s: %d seeds, %d violations (%d seeds with faults; %d appends, %d acked, %d reads, %d view changes, %d crashes, %d false crash reports, %d recoveries from compacted WALs, %d partitions, %d drops, %d duplicates, %d busy rejects; " +
+		"dedup leases in %d seeds: %d busy refusals of new clients, %d lease rolls, %d floor raises, %d outcomes unknown, %d quiet clients)\n"
+	args := []any{mode, n, len(failed), faulty, total.Appends, total.Acked, total.Reads, total.ViewChanges, total.Crashes, total.FalseGone, total.CompactedRecoveries, total.Partitions, total.Dropped, total.Duplicated, total.Busy,
+		dedupSeeds, total.Admission, total.Rolls, total.FloorRaises, total.Unknown, total.Quiet}
 	t.Logf(line, args...)
 	printf(line, args...)
 	if faulty < n*9/10 {
 		t.Errorf("only %d of %d seeds injected a fault", faulty, n)
+	}
+	if n >= 100 && (total.Admission == 0 || total.Rolls == 0 || total.FloorRaises == 0 || total.Unknown == 0) {
+		t.Errorf("the dedup-lease workload did not reach every path: %d admission refusals, %d rolls, %d floor raises, %d outcomes unknown",
+			total.Admission, total.Rolls, total.FloorRaises, total.Unknown)
 	}
 }
 
@@ -112,17 +126,22 @@ func TestCheckerCatchesInjectedBugs(t *testing.T) {
 		bug   seq.Bugs
 		wal   WALBugs
 		fsync bool
+		dedup bool // every seed runs the dedup-lease workload
 	}{
-		{"stable-gp advanced before followers GC", seq.Bugs{StableBeforeFollowerGC: true}, WALBugs{}, false},
-		{"dedup state not carried across view change", seq.Bugs{ForgetDedup: true}, WALBugs{}, false},
-		{"flush does not rewrite ordered, unstable records", seq.Bugs{FlushOnlyUnordered: true}, WALBugs{}, false},
-		{"checkpoint forgets the dedup marks stored since the view began", seq.Bugs{CheckpointForgetsDedup: true}, WALBugs{}, true},
-		{"WAL compaction deletes the checkpoint too", seq.Bugs{}, WALBugs{KeepNothingBeforeCheckpoint: true}, true},
+		{"stable-gp advanced before followers GC", seq.Bugs{StableBeforeFollowerGC: true}, WALBugs{}, false, false},
+		{"dedup state not carried across view change", seq.Bugs{ForgetDedup: true}, WALBugs{}, false, false},
+		{"flush does not rewrite ordered, unstable records", seq.Bugs{FlushOnlyUnordered: true}, WALBugs{}, false, false},
+		{"checkpoint forgets the dedup marks stored since the view began", seq.Bugs{CheckpointForgetsDedup: true}, WALBugs{}, true, false},
+		{"WAL compaction deletes the checkpoint too", seq.Bugs{}, WALBugs{KeepNothingBeforeCheckpoint: true}, true, false},
+		{"a full dedup table evicts by recency", seq.Bugs{EvictByRecency: true}, WALBugs{}, false, true},
 	}
 	for _, b := range bugs {
 		t.Run(b.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 1000; seed++ {
 				opts := Options{Seed: seed, Bugs: b.bug, WALBugs: b.wal, ExternalChecksOnly: true}
+				if b.dedup {
+					opts.Dedup = 1
+				}
 				if b.fsync {
 					opts.Durability = seq.Fsync
 				}

@@ -71,11 +71,13 @@ func (t *Table) AddIn(id msg.RecordID, view uint64) bool {
 	if id.Seq <= w.mark {
 		return false
 	}
-	w.view = max(w.view, view)
 	i, found := slices.BinarySearch(w.above, id.Seq)
 	if found {
 		return false
 	}
+	// Only a stored id renews the lease (what a replica's write-ahead log
+	// replays gives the same table).
+	w.view = max(w.view, view)
 	if id.Seq != w.mark+1 {
 		w.above = slices.Insert(w.above, i, id.Seq)
 		return true
@@ -100,11 +102,18 @@ func (w *window) absorb() {
 
 // Raise applies client's floor, stored in view: every id of client below
 // floor is complete or abandoned, so the mark moves up to floor-1 (ids
-// below it are then answered as recorded, and never stored). It creates
-// the client's entry if it has none, renews its lease, and reports
-// whether the mark moved.
+// below it are then answered as recorded, and never stored). If it
+// moves the mark, it creates the client's entry if it has none and renews
+// its lease; it reports whether the mark moved.
 func (t *Table) Raise(client, floor, view uint64) bool {
 	w := t.clients[client]
+	var mark uint64
+	if w != nil {
+		mark = w.mark
+	}
+	if floor == 0 || floor-1 <= mark {
+		return false
+	}
 	if w == nil {
 		w = &window{}
 		t.clients[client] = w
@@ -112,9 +121,6 @@ func (t *Table) Raise(client, floor, view uint64) bool {
 		w.last = t.clock
 	}
 	w.view = max(w.view, view)
-	if floor == 0 || floor-1 <= w.mark {
-		return false
-	}
 	w.mark = floor - 1
 	i, found := slices.BinarySearch(w.above, w.mark)
 	if found {

@@ -49,6 +49,9 @@ type Options struct {
 	Trace io.Writer
 	// MaxTicks bounds the whole run (default 60000).
 	MaxTicks int64
+	// LeaseViews, if set, is the replicas' and clients' dedup lease
+	// (default: the seed's, dedup.DefaultLeaseViews on most seeds).
+	LeaseViews int
 	// Dedup forces (1) or forbids (-1) the dedup-lease workload; 0 lets
 	// the seed decide (one seed in four): small leases, tables and
 	// windows, a flood of short-lived clients that fills the tables, and
@@ -262,6 +265,9 @@ func Run(opts Options) Result {
 		s.lease = 2 + s.drng.IntN(3)
 		s.maxClients = opts.Clients + 1 + s.drng.IntN(3)
 		s.dedupWindow = 2 + s.drng.IntN(4)
+	}
+	if opts.LeaseViews > 0 {
+		s.lease = opts.LeaseViews
 	}
 	s.net = &network{rng: rand.New(rand.NewPCG(opts.Seed^0xabcdef, opts.Seed+1)), cut: make(map[msg.NodeID]int64)}
 	if s.faultsOn {

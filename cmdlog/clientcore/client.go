@@ -355,6 +355,7 @@ func (c *Client) Unknown() uint64 { return c.unknown }
 // client in first-seen order.
 func (c *Client) floors(batch []*pendingAppend) []msg.RecordID {
 	var out []msg.RecordID
+	var at map[uint64]int // index in out, once out is long (a server's many sessions)
 	for _, p := range batch {
 		f := p.floor
 		if p.own {
@@ -366,11 +367,25 @@ func (c *Client) floors(batch []*pendingAppend) []msg.RecordID {
 		if f <= 1 {
 			continue
 		}
-		i := slices.IndexFunc(out, func(x msg.RecordID) bool { return x.Client == p.rec.ID.Client })
-		if i < 0 {
-			out = append(out, msg.RecordID{Client: p.rec.ID.Client, Seq: f})
-		} else {
+		client := p.rec.ID.Client
+		i, ok := -1, false
+		if at != nil {
+			i, ok = at[client]
+		} else if i = slices.IndexFunc(out, func(x msg.RecordID) bool { return x.Client == client }); i >= 0 {
+			ok = true
+		}
+		if ok {
 			out[i].Seq = max(out[i].Seq, f)
+			continue
+		}
+		out = append(out, msg.RecordID{Client: client, Seq: f})
+		if at != nil {
+			at[client] = len(out) - 1
+		} else if len(out) > 8 {
+			at = make(map[uint64]int, 2*len(out))
+			for j, x := range out {
+				at[x.Client] = j
+			}
 		}
 	}
 	return out

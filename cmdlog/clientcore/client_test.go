@@ -227,3 +227,27 @@ func TestProducerFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorsManyClients: one floor per client however many clients share
+// a message (the map path), the highest declared.
+func TestFloorsManyClients(t *testing.T) {
+	c := newTestClient(t, Config{})
+	for client := uint64(1); client <= 40; client++ {
+		c.AppendWithFloor(msg.RecordID{Client: 1000 + client, Seq: 10}, 5, []byte("a"))
+		c.AppendWithFloor(msg.RecordID{Client: 1000 + client, Seq: 11}, 9, []byte("b"))
+	}
+	for _, env := range c.Ready().Messages {
+		m, ok := env.Msg.(msg.Append)
+		if !ok {
+			continue
+		}
+		if len(m.Floors) != 40 {
+			t.Fatalf("%d floors, want 40", len(m.Floors))
+		}
+		for i, f := range m.Floors {
+			if f != (msg.RecordID{Client: 1001 + uint64(i), Seq: 9}) {
+				t.Fatalf("floor %d = %v, want %d/9", i, f, 1001+i)
+			}
+		}
+	}
+}

@@ -49,6 +49,9 @@ func TestWorstCaseFitsTheViewRecord(t *testing.T) {
 	size := 0
 	for _, m := range marks {
 		size += dedup.EncodedSize(m)
+		if n := dedup.EncodedSize(m); n > dedup.MaxMarkBytes(dedup.DefaultWindow) {
+			t.Fatalf("a mark of %d bytes, over MaxMarkBytes %d", n, dedup.MaxMarkBytes(dedup.DefaultWindow))
+		}
 	}
 	if size > dedup.MaxExportBytes || size > len(enc) {
 		t.Fatalf("marks take %d bytes (record %d), over %d", size, len(enc), dedup.MaxExportBytes)

@@ -266,6 +266,17 @@ const (
 	MaxExportBytes   = 512 << 10
 )
 
+// MaxMarkBytes is the largest EncodedSize of a mark under a window of
+// size window: three uvarints of up to 10 bytes, a count, and window-2
+// deltas each under window (a byte each up to a window of 64, else 2).
+func MaxMarkBytes(window int) int {
+	per := 1
+	if window > 64 {
+		per = uvarintLen(uint64(window) << 1)
+	}
+	return 3*binary.MaxVarintLen64 + uvarintLen(uint64(window)) + max(window-2, 0)*per
+}
+
 // EncodedSize is the size of m in the coordinator's encoding
 // (coord.EncodeViewRecord): its uvarints, and a zigzag delta per id
 // above the mark.

@@ -84,7 +84,10 @@ type Config struct {
 	// one starts a view change with the same members (at most once per 10
 	// x SuspectTicks), so that leases run out even when nothing fails. A
 	// view record then carries at most 2 x MaxClients marks. 0 means
-	// dedup.DefaultMaxClients; at most dedup.MaxExportClients/2.
+	// dedup.DefaultMaxClients; at most dedup.MaxExportClients/2, and at
+	// most what dedup.MaxExportBytes holds with DedupWindow (5,825 with
+	// the default window). Each player session of the game server is a
+	// client: a cluster serves that many sessions active within a lease.
 	MaxClients int
 	// DedupWindow caps how far above its mark a client's ids may be (ids
 	// further up are refused busy until the ones below arrive or the
@@ -136,11 +139,13 @@ func (c *Config) applyDefaults() {
 	if c.MaxClients <= 0 {
 		c.MaxClients = dedup.DefaultMaxClients
 	}
-	c.MaxClients = min(c.MaxClients, dedup.MaxExportClients/2)
 	if c.DedupWindow <= 0 {
 		c.DedupWindow = dedup.DefaultWindow
 	}
 	c.DedupWindow = max(c.DedupWindow, 2)
+	// A view record carries at most 2 x MaxClients marks of at most
+	// dedup.MaxMarkBytes(DedupWindow) bytes: keep them within the budget.
+	c.MaxClients = min(c.MaxClients, dedup.MaxExportClients/2, dedup.MaxExportBytes/(2*dedup.MaxMarkBytes(c.DedupWindow)))
 	if c.MaxHeldBytes <= 0 {
 		c.MaxHeldBytes = 256 << 20
 	}

@@ -133,13 +133,15 @@ func TestCheckerCatchesInjectedBugs(t *testing.T) {
 		wal   WALBugs
 		fsync bool
 		dedup bool // every seed runs the dedup-lease workload
+		lease bool // clients resend past their lease (clientcore.Config.IgnoreLeaseBug)
 	}{
-		{"stable-gp advanced before followers GC", seq.Bugs{StableBeforeFollowerGC: true}, WALBugs{}, false, false},
-		{"dedup state not carried across view change", seq.Bugs{ForgetDedup: true}, WALBugs{}, false, false},
-		{"flush does not rewrite ordered, unstable records", seq.Bugs{FlushOnlyUnordered: true}, WALBugs{}, false, false},
-		{"checkpoint forgets the dedup marks stored since the view began", seq.Bugs{CheckpointForgetsDedup: true}, WALBugs{}, true, false},
-		{"WAL compaction deletes the checkpoint too", seq.Bugs{}, WALBugs{KeepNothingBeforeCheckpoint: true}, true, false},
-		{"a full dedup table evicts by recency", seq.Bugs{EvictByRecency: true}, WALBugs{}, false, true},
+		{"stable-gp advanced before followers GC", seq.Bugs{StableBeforeFollowerGC: true}, WALBugs{}, false, false, false},
+		{"dedup state not carried across view change", seq.Bugs{ForgetDedup: true}, WALBugs{}, false, false, false},
+		{"flush does not rewrite ordered, unstable records", seq.Bugs{FlushOnlyUnordered: true}, WALBugs{}, false, false, false},
+		{"checkpoint forgets the dedup marks stored since the view began", seq.Bugs{CheckpointForgetsDedup: true}, WALBugs{}, true, false, false},
+		{"WAL compaction deletes the checkpoint too", seq.Bugs{}, WALBugs{KeepNothingBeforeCheckpoint: true}, true, false, false},
+		{"a full dedup table evicts by recency", seq.Bugs{EvictByRecency: true}, WALBugs{}, false, true, false},
+		{name: "clients resend past their dedup lease", dedup: true, lease: true},
 	}
 	for _, b := range bugs {
 		t.Run(b.name, func(t *testing.T) {
@@ -148,6 +150,7 @@ func TestCheckerCatchesInjectedBugs(t *testing.T) {
 				if b.dedup {
 					opts.Dedup = 1
 				}
+				opts.ClientIgnoresLease = b.lease
 				if b.fsync {
 					opts.Durability = seq.Fsync
 				}

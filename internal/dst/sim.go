@@ -43,6 +43,9 @@ type Options struct {
 	ExternalChecksOnly bool
 	// WALBugs injects bugs into the simulated WAL's compaction.
 	WALBugs WALBugs
+	// ClientIgnoresLease injects the clients' bug of resending appends
+	// past their dedup lease.
+	ClientIgnoresLease bool
 	// Durability of the replicas (memory by default).
 	Durability seq.Durability
 	// Trace, if set, receives a line per notable event.
@@ -369,7 +372,8 @@ func (s *sim) setup() {
 	}
 	for i := range n {
 		id := clientBase + msg.NodeID(i)
-		c := clientcore.New(clientcore.Config{ID: id, ClientID: uint64(1000 + i), Layout: s.layout, LeaseViews: s.lease})
+		c := clientcore.New(clientcore.Config{ID: id, ClientID: uint64(1000 + i), Layout: s.layout, LeaseViews: s.lease,
+			IgnoreLeaseBug: s.opts.ClientIgnoresLease})
 		sl := &clientSlot{id: id, core: c, inflight: map[msg.RecordID]int{},
 			reads: map[uint64]int{}, tails: map[uint64]int{}, budget: s.opts.AppendsPerClient}
 		if i >= s.opts.Clients {

@@ -79,7 +79,8 @@ type Config struct {
 	// dedup.DefaultLeaseViews.
 	LeaseViews int
 	// MaxClients caps the clients whose dedup marks this replica holds: a
-	// full table refuses an append of a new client busy (nothing stored),
+	// full table refuses a new client's records busy (nothing of them
+	// stored; other clients' records in the same Append go on),
 	// unless the leader's pending GC names it, and a leader that refuses
 	// one starts a view change with the same members (at most once per 10
 	// x SuspectTicks), so that leases run out even when nothing fails. A

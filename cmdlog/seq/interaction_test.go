@@ -22,6 +22,7 @@ package seq_test
 //	append client=C ids=1,2,3 [to=1,2] [floor=F]
 //	                                     an Append from client C to the replicas (default: the view),
 //	                                     with C's floor F (every id of C below F complete or abandoned)
+//	                                     [also=C2]: the same ids of client C2 in the same message
 //	deliver [to=X] [from=X] [kind=K] [n=N]
 //	                                     deliver queued messages that match, in order, then run every
 //	                                     touched node's Ready; prints what was delivered
@@ -276,6 +277,13 @@ func (h *harness) appendCmd(t *testing.T, d *datadriven.TestData) {
 	var recs []msg.Record
 	for _, s := range ids {
 		recs = append(recs, msg.Record{ID: msg.RecordID{Client: uint64(client), Seq: uint64(s)}, Data: []byte(fmt.Sprintf("c%d-%d", client, s))})
+	}
+	if also := intArg(t, d, "also", 0); also > 0 {
+		// The same ids of a second client in the same message (a server's
+		// log client batches many sessions).
+		for _, sq := range ids {
+			recs = append(recs, msg.Record{ID: msg.RecordID{Client: uint64(also), Seq: uint64(sq)}, Data: []byte(fmt.Sprintf("c%d-%d", also, sq))})
+		}
 	}
 	var floors []msg.RecordID
 	if f := intArg(t, d, "floor", 0); f > 0 {

@@ -391,12 +391,15 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectSealed, IDs: ids})
 		return
 	}
-	if !r.admit(m) {
+	// Records of clients the full dedup table cannot admit are refused
+	// busy, the others go on.
+	shut := r.admit(m)
+	recs := m.Records
+	if shut != nil {
 		r.admitRejects++
-		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectBusy, IDs: ids})
-		return
+		recs = slices.DeleteFunc(slices.Clone(recs), func(rec msg.Record) bool { return shut[rec.ID.Client] })
 	}
-	if r.busy(m.Records) {
+	if r.busy(recs) {
 		r.busyRejects++
 		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectBusy, IDs: ids})
 		return
@@ -404,7 +407,7 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 	r.noteClient(from)
 	var raised []msg.RecordID
 	for _, f := range m.Floors {
-		if r.dedup.Raise(f.Client, f.Seq, r.view.Number) {
+		if !shut[f.Client] && r.dedup.Raise(f.Client, f.Seq, r.view.Number) {
 			raised = append(raised, f)
 			r.floorRaises++
 		}
@@ -413,13 +416,13 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		r.persist(PersistOp{Kind: PersistFloor, Floor: raised})
 	}
 	var added []msg.Record
-	var outside []msg.RecordID // beyond their client's window: refused busy
+	var outside []msg.RecordID // not admitted, or beyond their client's window: refused busy
 	if r.assigned == len(r.log) {
 		r.unassignedSince = r.now
 	}
 	acked := ids[:0:0]
 	for _, rec := range m.Records {
-		if !r.dedup.InWindow(rec.ID, r.cfg.DedupWindow) {
+		if shut[rec.ID.Client] || !r.dedup.InWindow(rec.ID, r.cfg.DedupWindow) {
 			outside = append(outside, rec.ID)
 			continue
 		}
@@ -436,7 +439,9 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		r.send(from, msg.AppendAck{View: r.view.Number, IDs: acked})
 	}
 	if len(outside) > 0 {
-		r.busyRejects++
+		if shut == nil { // admission refusals count in admitRejects
+			r.busyRejects++
+		}
 		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectBusy, IDs: outside})
 	}
 	if len(added) > 0 && r.pendingGC != nil {
@@ -447,49 +452,55 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 	// The leader orders in Ready, with everything else that arrived.
 }
 
-// admit reports whether m's clients may enter the dedup table: it admits
-// at most MaxClients clients (those the view record carried count), so
-// that the marks a view record carries stay bounded without evicting a
-// client whose lease is live. A record the leader's pending GC names is
-// always admitted (the leader admitted its client; otherwise a full
-// follower never catches up). A leader that refuses a new client asks
-// for a view change with the same members (tickLeader), after which
-// expired leases free the table.
-func (r *Replica) admit(m msg.Append) bool {
-	var fresh []uint64
-	note := func(c uint64) {
-		if !r.dedup.Known(c) && !slices.Contains(fresh, c) {
-			fresh = append(fresh, c)
+// admit returns the clients of m that may not enter the dedup table (nil:
+// every one may). It admits at most MaxClients clients (those the view
+// record carried count), so that the marks a view record carries stay
+// bounded without evicting a client whose lease is live. A client whose
+// record the leader's pending GC names is always admitted (the leader
+// admitted it; otherwise a full follower never catches up). A leader that
+// refuses a new client asks for a view change with the same members
+// (tickLeader), after which expired leases free the table.
+func (r *Replica) admit(m msg.Append) map[uint64]bool {
+	room := r.cfg.MaxClients - r.dedup.Len()
+	var fresh, shut map[uint64]bool
+	check := func(c uint64) {
+		if r.dedup.Known(c) || fresh[c] || shut[c] {
+			return
 		}
+		if room > 0 || r.cfg.Bugs.EvictByRecency || r.pendingGCNames(c) {
+			if fresh == nil {
+				fresh = make(map[uint64]bool)
+			}
+			fresh[c] = true
+			room--
+			return
+		}
+		if shut == nil {
+			shut = make(map[uint64]bool)
+		}
+		shut[c] = true
 	}
 	for _, f := range m.Floors {
-		note(f.Client)
+		check(f.Client)
 	}
 	for _, rec := range m.Records {
-		note(rec.ID.Client)
+		check(rec.ID.Client)
 	}
-	if len(fresh) == 0 || r.dedup.Len()+len(fresh) <= r.cfg.MaxClients {
-		return true
+	if shut != nil && r.role == RoleLeader {
+		r.rollWanted = true
 	}
-	if r.cfg.Bugs.EvictByRecency {
-		return true // the view change keeps the most recent instead
+	return shut
+}
+
+// pendingGCNames reports whether the pending GC orders a record of client.
+func (r *Replica) pendingGCNames(client uint64) bool {
+	if r.pendingGC == nil {
+		return false
 	}
-	if gc := r.pendingGC; gc != nil {
-		named := 0
-		for _, c := range fresh {
-			for _, id := range gc.IDs {
-				if id.Client == c {
-					named++
-					break
-				}
-			}
-		}
-		if named == len(fresh) {
+	for _, id := range r.pendingGC.IDs {
+		if id.Client == client {
 			return true
 		}
-	}
-	if r.role == RoleLeader {
-		r.rollWanted = true
 	}
 	return false
 }

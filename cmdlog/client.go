@@ -27,6 +27,14 @@ var ErrTrimmed = errors.New("cmdlog: position trimmed")
 // ErrClosed is returned by calls on a closed client.
 var ErrClosed = errors.New("cmdlog: client closed")
 
+// ErrOutcomeUnknown: an append's dedup lease ran out before every
+// sequencing replica acknowledged it (its first send was
+// clientcore.Config.LeaseViews views ago, and a retry could no longer be
+// recognised): it is stored at most once, maybe not at all, and the
+// client does not send it again. The caller may read the log to find out,
+// or append the data again with a new id.
+var ErrOutcomeUnknown = errors.New("cmdlog: append outcome unknown (lease ran out: stored at most once, maybe not at all)")
+
 // ClientConfig configures a Client.
 type ClientConfig struct {
 	// ID is the client's network address in the cluster (distinct from
@@ -73,6 +81,7 @@ type request struct {
 	data   []byte
 	id     msg.RecordID
 	withID bool
+	floor  uint64 // with withID: the producer's floor of id's client
 	from   uint64
 	max    uint32
 	upTo   uint64
@@ -175,7 +184,9 @@ func (c *Client) call(ctx context.Context, r request) (result, error) {
 // Append appends a copy of data and returns when it is durable (acknowledged by every
 // sequencing replica of the view). If ctx ends first, the append may still
 // complete later: the client keeps retrying it with the same id, and the
-// log stores it at most once.
+// log stores it at most once. It fails with ErrOutcomeUnknown if its
+// dedup lease runs out first (clientcore.Config.LeaseViews view changes
+// while it was pending).
 func (c *Client) Append(ctx context.Context, data []byte) error {
 	_, err := c.call(ctx, request{kind: clientcore.CompleteAppend, data: bytes.Clone(data)})
 	return err
@@ -185,8 +196,11 @@ func (c *Client) Append(ctx context.Context, data []byte) error {
 // id again (after a crash, or from a second producer) stores it once.
 //
 // Ids of one client must be dense from 1 (1, 2, 3, ...; any order): the
-// replicas remember a high-water mark and a window of ids above it, and a
-// sparse id space would keep that window growing.
+// replicas remember a high-water mark and the ids seen above it, and admit
+// only ids less than seq.Config.DedupWindow (16) above the mark; an id
+// further up is refused busy and retried until the ones below it arrive.
+// A producer whose ids have holes (ids it refused, or appends that failed
+// with ErrOutcomeUnknown) closes them with AppendWithFloorAsync.
 func (c *Client) AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error {
 	_, err := c.call(ctx, request{kind: clientcore.CompleteAppend, data: bytes.Clone(data), id: id, withID: true})
 	return err
@@ -205,11 +219,21 @@ func (c *Client) AppendWithID(ctx context.Context, id msg.RecordID, data []byte)
 // goroutine per append: every pending append still joins the client's
 // shared rounds, bounded in bytes (see clientcore.Config).
 func (c *Client) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
+	return c.AppendWithFloorAsync(ctx, id, 0, data, done)
+}
+
+// AppendWithFloorAsync is AppendWithIDAsync with the producer's floor of
+// id's client (clientcore.Client.AppendWithFloor): every id of id.Client
+// below floor is complete or abandoned, and will never be appended
+// again, so the replicas move the client's mark up to floor-1 and close
+// the gaps ids its producer refused or abandoned leave (0: no floor).
+// Only the one producer of a client's ids may declare its floor.
+func (c *Client) AppendWithFloorAsync(ctx context.Context, id msg.RecordID, floor uint64, data []byte, done func(error)) error {
 	if len(data) > clientcore.MaxRecordSize {
 		done(ErrTooLarge)
 		return nil
 	}
-	r := request{kind: clientcore.CompleteAppend, data: bytes.Clone(data), id: id, withID: true, start: time.Now(), onDone: done}
+	r := request{kind: clientcore.CompleteAppend, data: bytes.Clone(data), id: id, withID: true, floor: floor, start: time.Now(), onDone: done}
 	c.asyncMu.RLock()
 	defer c.asyncMu.RUnlock()
 	if c.stopped {
@@ -270,7 +294,7 @@ func (c *Client) loop(ctx context.Context) {
 		case clientcore.CompleteAppend:
 			var id msg.RecordID
 			if r.withID {
-				id = core.AppendWithID(r.id, r.data)
+				id = core.AppendWithFloor(r.id, r.floor, r.data)
 			} else {
 				id = core.Append(r.data)
 			}
@@ -297,6 +321,10 @@ func (c *Client) loop(ctx context.Context) {
 			switch cp.Kind {
 			case clientcore.CompleteAppend:
 				for _, r := range appends[cp.ID] {
+					if cp.Unknown {
+						r.finish(result{err: ErrOutcomeUnknown})
+						continue
+					}
 					if c.cfg.OnAppendLatency != nil {
 						c.cfg.OnAppendLatency(now.Sub(r.start))
 					}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/coord"
+	"github.com/anoptic/broadside/cmdlog/dedup"
 	"github.com/anoptic/broadside/cmdlog/mesh"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/node"
@@ -207,4 +208,61 @@ func TestQUICClusterAppendReadWithCrash(t *testing.T) {
 		t.Fatalf("tail %d, want %d", tail, len(acked))
 	}
 	checkExactlyOnce(t, readAll(t, c, tail), acked)
+}
+
+// TestLocalClusterFloorClosesHoles: a producer whose ids have holes (the
+// game server's sessions: commands it refused are never appended) closes
+// them with its floor; without it, every id more than
+// dedup.DefaultWindow-1 above the hole is refused busy until its lease
+// runs out.
+func TestLocalClusterFloorClosesHoles(t *testing.T) {
+	lc := startTestCluster(t)
+	c := lc.NewClient(ClientConfig{})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const client = 1<<63 | 77
+	appendOne := func(seq, floor uint64) error {
+		done := make(chan error, 1)
+		if err := c.AppendWithFloorAsync(ctx, msg.RecordID{Client: client, Seq: seq}, floor, []byte(fmt.Sprint(seq)), func(err error) { done <- err }); err != nil {
+			return err
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(2 * time.Second):
+			return fmt.Errorf("append %d: no outcome in 2 s", seq)
+		}
+	}
+	// Ids 2 and 5 are refused by the producer: holes.
+	var stored int
+	for seq := uint64(1); seq <= 3*dedup.DefaultWindow; seq++ {
+		if seq == 2 || seq == 5 {
+			continue
+		}
+		floor := seq // everything below seq is stored or refused
+		if err := appendOne(seq, floor); err != nil {
+			t.Fatalf("id %d with floor %d: %v", seq, floor, err)
+		}
+		stored++
+	}
+	// Without a floor, an id far above a hole is refused (busy, retried):
+	// no outcome within the test's patience.
+	const other = 1<<63 | 78
+	done := make(chan error, 1)
+	if err := c.AppendWithIDAsync(ctx, msg.RecordID{Client: other, Seq: 2 + dedup.DefaultWindow}, []byte("far"), func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("an id %d above its client's mark completed (%v): the window does not hold", 2+dedup.DefaultWindow, err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	tail, err := c.CheckTail(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tail != uint64(stored) {
+		t.Fatalf("tail %d, want %d", tail, stored)
+	}
 }

@@ -9,6 +9,7 @@ package clientcore
 import (
 	"slices"
 
+	"github.com/anoptic/broadside/cmdlog/dedup"
 	"github.com/anoptic/broadside/cmdlog/msg"
 )
 
@@ -44,6 +45,17 @@ type Config struct {
 	// otherwise fill 16 rounds of 512 records each, tens of MiB queued on
 	// every replica's link, and each append waits behind all of them.
 	MaxInflightBytes int
+	// LeaseViews is the replicas' dedup lease in views (seq.Config.
+	// LeaseViews, the same value): an append first sent in view V is sent
+	// only in views below V+LeaseViews, where its dedup marks are sure to
+	// be carried; in a later view it completes with Unknown set (stored at
+	// most once, maybe not at all) and is never sent again. 0 means
+	// dedup.DefaultLeaseViews.
+	LeaseViews int
+	// IgnoreLeaseBug resends appends past their lease (a known bug, for
+	// the simulator's checker: such a resend can be stored twice). Never
+	// set outside tests.
+	IgnoreLeaseBug bool
 }
 
 // maxBatchBytes caps the record bytes of one Append message, well inside the
@@ -70,6 +82,10 @@ type Completion struct {
 	StableGP uint64
 	// View is the view the request completed in.
 	View uint64
+	// Unknown (CompleteAppend): the append's lease ran out before every
+	// replica acknowledged it; it is stored at most once, maybe not at
+	// all, and the client stopped sending it.
+	Unknown bool
 }
 
 // CompletionKind says which request completed.
@@ -102,6 +118,12 @@ type pendingAppend struct {
 	done bool
 	// round is the flush that last sent it (0: none in this view).
 	round uint64
+	// firstView is the view it was first sent in (0: not yet sent).
+	firstView uint64
+	// floor is its client's floor the producer declared with it
+	// (AppendWithFloor; 0: none); own says it is one of Append's.
+	floor uint64
+	own   bool
 }
 
 // round is one flush of Append messages still in flight.
@@ -206,6 +228,16 @@ type Client struct {
 	coordAt  int64
 	wantView bool
 
+	// ownNext is the lowest of Append's own ids not yet complete or
+	// abandoned (the client's floor); ownDone holds those above it that
+	// are. noFloor: a caller appended an id of our ClientID itself, so
+	// our ids are not all Append's and we declare no floor.
+	ownNext uint64
+	ownDone map[uint64]bool
+	noFloor bool
+	// unknown counts appends completed with Unknown.
+	unknown uint64
+
 	ready Ready
 }
 
@@ -228,7 +260,12 @@ func New(cfg Config) *Client {
 	if cfg.MaxInflightBytes <= 0 {
 		cfg.MaxInflightBytes = 2 << 20
 	}
+	if cfg.LeaseViews <= 0 {
+		cfg.LeaseViews = dedup.DefaultLeaseViews
+	}
 	c := &Client{
+		ownNext:  1,
+		ownDone:  make(map[uint64]bool),
 		cfg:      cfg,
 		byID:     make(map[msg.RecordID]*pendingAppend),
 		rounds:   make(map[uint64]round),
@@ -265,24 +302,109 @@ func (c *Client) complete(cp Completion) {
 	c.ready.Completions = append(c.ready.Completions, cp)
 }
 
-// Append queues data for appending and returns its record id.
+// Append queues data for appending and returns its record id. Its
+// Append messages carry the client's floor (msg.Append.Floors): every id
+// of it below the lowest still pending is complete or abandoned.
 func (c *Client) Append(data []byte) msg.RecordID {
 	c.nextSeq++
-	return c.AppendWithID(msg.RecordID{Client: c.cfg.ClientID, Seq: c.nextSeq}, data)
+	id := msg.RecordID{Client: c.cfg.ClientID, Seq: c.nextSeq}
+	if p := c.add(id, data, 0); p != nil {
+		p.own = true
+	}
+	return id
 }
 
 // AppendWithID queues a record with a caller-chosen id (deterministic
 // producers such as the world ticker). Appending an id twice is harmless:
 // the replicas store it once.
 func (c *Client) AppendWithID(id msg.RecordID, data []byte) msg.RecordID {
-	if _, dup := c.byID[id]; dup {
+	return c.AppendWithFloor(id, 0, data)
+}
+
+// AppendWithFloor is AppendWithID with the producer's floor of id's
+// client: every id of id.Client below floor is complete or abandoned
+// (its producer will never append it again), so the replicas may move
+// the client's mark up to floor-1 and close the gaps that refused or
+// abandoned ids leave (0: no floor). Only the one producer of a client's
+// ids may declare its floor, and never above an id it may still append.
+func (c *Client) AppendWithFloor(id msg.RecordID, floor uint64, data []byte) msg.RecordID {
+	if id.Client == c.cfg.ClientID {
+		c.noFloor = true
+	}
+	if p := c.byID[id]; p != nil {
+		p.floor = max(p.floor, min(floor, id.Seq))
 		return id
 	}
+	c.add(id, data, min(floor, id.Seq))
+	return id
+}
+
+func (c *Client) add(id msg.RecordID, data []byte, floor uint64) *pendingAppend {
+	if _, dup := c.byID[id]; dup {
+		return nil
+	}
 	c.appendOrder++
-	p := &pendingAppend{rec: msg.Record{ID: id, Data: data}, unsent: true, order: c.appendOrder}
+	p := &pendingAppend{rec: msg.Record{ID: id, Data: data}, unsent: true, order: c.appendOrder, floor: floor}
 	c.appends = append(c.appends, p)
 	c.byID[id] = p
-	return id
+	return p
+}
+
+// Unknown returns how many appends completed with their outcome unknown
+// (their lease ran out).
+func (c *Client) Unknown() uint64 { return c.unknown }
+
+// floors returns the floors to send with batch: the client's own, and
+// the ones the producer declared for other clients, at most one per
+// client in first-seen order.
+func (c *Client) floors(batch []*pendingAppend) []msg.RecordID {
+	var out []msg.RecordID
+	var at map[uint64]int // index in out, once out is long (a server's many sessions)
+	for _, p := range batch {
+		f := p.floor
+		if p.own {
+			if c.noFloor {
+				continue
+			}
+			f = c.ownNext
+		}
+		if f <= 1 {
+			continue
+		}
+		client := p.rec.ID.Client
+		i, ok := -1, false
+		if at != nil {
+			i, ok = at[client]
+		} else if i = slices.IndexFunc(out, func(x msg.RecordID) bool { return x.Client == client }); i >= 0 {
+			ok = true
+		}
+		if ok {
+			out[i].Seq = max(out[i].Seq, f)
+			continue
+		}
+		out = append(out, msg.RecordID{Client: client, Seq: f})
+		if at != nil {
+			at[client] = len(out) - 1
+		} else if len(out) > 8 {
+			at = make(map[uint64]int, 2*len(out))
+			for j, x := range out {
+				at[x.Client] = j
+			}
+		}
+	}
+	return out
+}
+
+// settleOwn notes that own id seq is complete or abandoned.
+func (c *Client) settleOwn(seq uint64) {
+	if seq < c.ownNext {
+		return
+	}
+	c.ownDone[seq] = true
+	for c.ownDone[c.ownNext] {
+		delete(c.ownDone, c.ownNext)
+		c.ownNext++
+	}
 }
 
 // Read asks for up to max entries starting at from (within one stripe run);
@@ -342,7 +464,7 @@ func (c *Client) flushAppends() {
 	}
 	c.nextRound++
 	rid, n, roundBytes := c.nextRound, 0, 0
-	var batch []msg.Record
+	var batch []*pendingAppend
 	bytes := 0
 	stop := len(c.appends)
 	for i, p := range c.appends[c.firstUnsent:] {
@@ -361,11 +483,14 @@ func (c *Client) flushAppends() {
 		p.acks = p.acks[:0]
 		p.sentAt = c.now
 		p.attempts++
+		if p.firstView == 0 {
+			p.firstView = c.view.Number
+		}
 		if len(batch) > 0 && bytes+len(p.rec.Data) > maxBatchBytes {
 			c.sendBatch(batch, c.view.Members)
 			batch, bytes = nil, 0
 		}
-		batch = append(batch, p.rec)
+		batch = append(batch, p)
 		bytes += len(p.rec.Data) + 32
 		if len(batch) == c.cfg.MaxBatch {
 			c.sendBatch(batch, c.view.Members)
@@ -382,9 +507,14 @@ func (c *Client) flushAppends() {
 	c.firstUnsent = stop
 }
 
-func (c *Client) sendBatch(batch []msg.Record, to []msg.NodeID) {
+func (c *Client) sendBatch(batch []*pendingAppend, to []msg.NodeID) {
+	recs := make([]msg.Record, len(batch))
+	for i, p := range batch {
+		recs[i] = p.rec
+	}
+	floors := c.floors(batch)
 	for _, m := range to {
-		c.send(m, msg.Append{View: c.view.Number, Records: batch})
+		c.send(m, msg.Append{View: c.view.Number, Records: recs, Floors: floors})
 	}
 }
 
@@ -398,7 +528,7 @@ func (c *Client) Tick() {
 	}
 	// Appends: resend to replicas that have not acknowledged; after
 	// repeated failures, refresh the view.
-	per := make(map[msg.NodeID][]msg.Record)
+	per := make(map[msg.NodeID][]*pendingAppend)
 	var order []msg.NodeID
 	for _, p := range c.appends {
 		if p.done || p.unsent || c.now-p.sentAt <= rto<<min(p.attempts-1, 4) {
@@ -414,7 +544,7 @@ func (c *Client) Tick() {
 				if _, ok := per[m]; !ok {
 					order = append(order, m)
 				}
-				per[m] = append(per[m], p.rec)
+				per[m] = append(per[m], p)
 			}
 		}
 	}
@@ -422,11 +552,11 @@ func (c *Client) Tick() {
 		recs := per[m]
 		for len(recs) > 0 {
 			n, bytes := 0, 0
-			for n < len(recs) && n < c.cfg.MaxBatch && (n == 0 || bytes+len(recs[n].Data) <= maxBatchBytes) {
-				bytes += len(recs[n].Data) + 32
+			for n < len(recs) && n < c.cfg.MaxBatch && (n == 0 || bytes+len(recs[n].rec.Data) <= maxBatchBytes) {
+				bytes += len(recs[n].rec.Data) + 32
 				n++
 			}
-			c.send(m, msg.Append{View: c.view.Number, Records: recs[:n]})
+			c.sendBatch(recs[:n], []msg.NodeID{m})
 			recs = recs[n:]
 		}
 	}
@@ -525,10 +655,17 @@ func (c *Client) isComplete(p *pendingAppend) bool {
 }
 
 // finish completes p (already marked done).
-func (c *Client) finish(p *pendingAppend) {
+func (c *Client) finish(p *pendingAppend) { c.settle(p, false) }
+
+// settle completes p (already marked done): stored, or its outcome
+// unknown.
+func (c *Client) settle(p *pendingAppend, unknown bool) {
 	delete(c.byID, p.rec.ID)
 	c.doneCount++
-	if p.attempts == 1 {
+	if p.own {
+		c.settleOwn(p.rec.ID.Seq)
+	}
+	if p.attempts == 1 && !unknown {
 		c.rtt.observe(c.now - p.sentAt)
 	}
 	if rd, ok := c.rounds[p.round]; ok {
@@ -541,7 +678,10 @@ func (c *Client) finish(p *pendingAppend) {
 			c.rounds[p.round] = round{rd.appends - 1, rd.bytes - cost}
 		}
 	}
-	c.complete(Completion{Kind: CompleteAppend, ID: p.rec.ID, View: c.view.Number})
+	if unknown {
+		c.unknown++
+	}
+	c.complete(Completion{Kind: CompleteAppend, ID: p.rec.ID, View: c.view.Number, Unknown: unknown})
 }
 
 // sweepComplete completes every pending append that is complete.
@@ -652,18 +792,28 @@ func (c *Client) onView(m msg.CoordResp) {
 	}
 	c.view, c.viewRev = m.View.Clone(), m.Rev
 	if changed {
-		// Retry every incomplete append in the new view with the same id.
+		// Retry every incomplete append in the new view with the same id,
+		// if its lease allows: one first sent L views ago or more may
+		// have been stored in a view whose marks expired since, so it is
+		// given up (stored at most once, maybe not at all).
+		clear(c.rounds)
+		c.inflightBytes = 0
+		lease := uint64(c.cfg.LeaseViews)
 		for _, p := range c.appends {
 			if p.done {
 				continue
 			}
+			p.round = 0
+			if p.firstView != 0 && (c.view.Number < p.firstView || c.view.Number-p.firstView >= lease) && !c.cfg.IgnoreLeaseBug {
+				p.done = true
+				c.settle(p, true)
+				continue
+			}
 			p.unsent = true
 			p.acks = p.acks[:0]
-			p.round = 0
 		}
 		c.firstUnsent = 0
-		clear(c.rounds)
-		c.inflightBytes = 0
+		c.compact()
 	}
 	for _, t := range c.tails {
 		if !t.sent {

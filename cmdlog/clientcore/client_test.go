@@ -154,3 +154,100 @@ func TestForeignIDsIndexed(t *testing.T) {
 		t.Fatalf("%d pending, want 97", p)
 	}
 }
+
+// newView makes the client learn view n of testMembers.
+func newView(c *Client, n, rev uint64) {
+	c.Ready()
+	c.wantView = true
+	c.requestView()
+	c.Step(msg.Envelope{From: msg.Coordinator, To: 100, Msg: msg.CoordResp{ReqID: c.coordReq, OK: true, Rev: rev,
+		View: msg.ViewRecord{Number: n, Members: testMembers, Leader: 1}}})
+}
+
+// TestLeaseRunsOut: an append pending while LeaseViews views pass
+// completes with its outcome unknown and is never sent again; the floor
+// the client's later Appends carry passes it, and the appends completed
+// before it.
+func TestLeaseRunsOut(t *testing.T) {
+	c := newTestClient(t, Config{LeaseViews: 3})
+	a := c.Append([]byte("a")) // seq 1, first sent in view 1
+	b := c.Append([]byte("b")) // seq 2
+	c.Ready()
+	ackAll(c, b)
+	if rd := c.Ready(); len(rd.Completions) != 1 || rd.Completions[0].ID != b || rd.Completions[0].Unknown {
+		t.Fatalf("completions %+v, want b stored", rd.Completions)
+	}
+	newView(c, 3, 2) // 3 - 1 < 3: still sent
+	if got := appendMessages(c.Ready()); len(got[1]) != 1 || got[1][0][0] != a {
+		t.Fatalf("view 3: sent %v, want a resent", got)
+	}
+	newView(c, 4, 3) // 4 - 1 >= 3: lease ran out
+	rd := c.Ready()
+	if len(rd.Completions) != 1 || rd.Completions[0].ID != a || !rd.Completions[0].Unknown {
+		t.Fatalf("view 4: completions %+v, want a unknown", rd.Completions)
+	}
+	if got := appendMessages(rd); len(got) != 0 || c.Pending() != 0 || c.Unknown() != 1 {
+		t.Fatalf("view 4: sent %v (pending %d), want nothing", got, c.Pending())
+	}
+	d := c.Append([]byte("d")) // seq 3: the floor is 3 (1 abandoned, 2 stored)
+	for _, env := range c.Ready().Messages {
+		if m, ok := env.Msg.(msg.Append); ok {
+			if len(m.Floors) != 1 || m.Floors[0] != (msg.RecordID{Client: 7, Seq: d.Seq}) {
+				t.Fatalf("Append %+v, want floor 7/%d", m, d.Seq)
+			}
+		}
+	}
+}
+
+// TestProducerFloor: AppendWithFloor's floor travels with the record's
+// client, never above the record itself; an own id appended by the
+// caller switches the client's own floor off.
+func TestProducerFloor(t *testing.T) {
+	c := newTestClient(t, Config{})
+	c.AppendWithFloor(msg.RecordID{Client: 9, Seq: 5}, 4, []byte("x"))
+	c.AppendWithFloor(msg.RecordID{Client: 9, Seq: 6}, 9, []byte("y")) // capped at 6
+	c.AppendWithFloor(msg.RecordID{Client: 8, Seq: 1}, 0, []byte("z"))
+	for _, env := range c.Ready().Messages {
+		if m, ok := env.Msg.(msg.Append); ok {
+			if len(m.Floors) != 1 || m.Floors[0] != (msg.RecordID{Client: 9, Seq: 6}) {
+				t.Fatalf("floors %v, want [9/6]", m.Floors)
+			}
+		}
+	}
+	c.Append([]byte("own"))
+	c.AppendWithID(msg.RecordID{Client: 7, Seq: 40}, []byte("mine too"))
+	c.Append([]byte("own"))
+	for _, env := range c.Ready().Messages {
+		if m, ok := env.Msg.(msg.Append); ok {
+			for _, f := range m.Floors {
+				if f.Client == 7 {
+					t.Fatalf("floor %v declared for a client whose ids the caller also chooses", f)
+				}
+			}
+		}
+	}
+}
+
+// TestFloorsManyClients: one floor per client however many clients share
+// a message (the map path), the highest declared.
+func TestFloorsManyClients(t *testing.T) {
+	c := newTestClient(t, Config{})
+	for client := uint64(1); client <= 40; client++ {
+		c.AppendWithFloor(msg.RecordID{Client: 1000 + client, Seq: 10}, 5, []byte("a"))
+		c.AppendWithFloor(msg.RecordID{Client: 1000 + client, Seq: 11}, 9, []byte("b"))
+	}
+	for _, env := range c.Ready().Messages {
+		m, ok := env.Msg.(msg.Append)
+		if !ok {
+			continue
+		}
+		if len(m.Floors) != 40 {
+			t.Fatalf("%d floors, want 40", len(m.Floors))
+		}
+		for i, f := range m.Floors {
+			if f != (msg.RecordID{Client: 1001 + uint64(i), Seq: 9}) {
+				t.Fatalf("floor %d = %v, want %d/9", i, f, 1001+i)
+			}
+		}
+	}
+}

@@ -99,6 +99,9 @@ func CheckLimits(m msg.Message) error {
 	case msg.CoordResp:
 		return view(m.View)
 	case msg.Append:
+		if err := items("floors", len(m.Floors)); err != nil {
+			return err
+		}
 		return records(m.Records)
 	case msg.Store:
 		return items("entries", len(m.Entries))
@@ -179,9 +182,13 @@ func (e *encoder) body(m msg.Message) (fb.Body, flatbuffers.UOffsetT) {
 	switch m := m.(type) {
 	case msg.Append:
 		recs := e.records(m.Records)
+		floors := e.ids(m.Floors)
 		fb.AppendStart(b)
 		fb.AppendAddView(b, m.View)
 		fb.AppendAddRecords(b, recs)
+		if floors != 0 {
+			fb.AppendAddFloors(b, floors)
+		}
 		return fb.BodyAppend, fb.AppendEnd(b)
 	case msg.AppendAck:
 		ids := e.ids(m.IDs)
@@ -422,6 +429,7 @@ func (e *encoder) viewRecord(v *msg.ViewRecord) flatbuffers.UOffsetT {
 			fb.ClientMarkAddClient(b, d.Client)
 			fb.ClientMarkAddMark(b, d.Mark)
 			fb.ClientMarkAddAbove(b, above)
+			fb.ClientMarkAddView(b, d.View)
 			e.offs = append(e.offs, fb.ClientMarkEnd(b))
 		}
 		dedup = e.tableVector(start)

@@ -42,7 +42,7 @@ var ids = []msg.RecordID{{Client: 1, Seq: 1}, {Client: 2, Seq: math.MaxUint64}, 
 
 var fullView = msg.ViewRecord{
 	Number: 7, Members: []msg.NodeID{1, 2, 3}, Leader: 2, StartGP: 999,
-	Dedup: []msg.ClientMark{{Client: 9, Mark: 10, Above: []uint64{12, 15}}, {Client: 11}},
+	Dedup: []msg.ClientMark{{Client: 9, Mark: 10, Above: []uint64{12, 15}, View: 6}, {Client: 11}},
 }
 
 var changingView = msg.ViewRecord{
@@ -58,6 +58,7 @@ var roundTripCases = []msg.Message{
 	msg.Append{View: 3, Records: recs(1, 100)},
 	msg.Append{View: 3, Records: recs(64, 100)},
 	msg.Append{View: 1, Records: []msg.Record{{ID: msg.RecordID{Client: 1, Seq: 1}}, {Data: []byte{0}}}},
+	msg.Append{View: 3, Records: recs(2, 10), Floors: ids},
 	msg.AppendAck{View: 3, IDs: ids},
 	msg.AppendAck{},
 	msg.AppendReject{View: 4, Reason: msg.RejectWrongView, IDs: ids[:1]},
@@ -276,7 +277,7 @@ var (
 			StartGP: rapid.Uint64().Draw(t, "startGP"),
 			Dedup: rapid.SliceOfN(rapid.Custom(func(t *rapid.T) msg.ClientMark {
 				return msg.ClientMark{Client: rapid.Uint64().Draw(t, "client"), Mark: rapid.Uint64().Draw(t, "mark"),
-					Above: rapid.SliceOfN(rapid.Uint64(), 0, 5).Draw(t, "above")}
+					Above: rapid.SliceOfN(rapid.Uint64(), 0, 5).Draw(t, "above"), View: rapid.Uint64().Draw(t, "lease")}
 			}), 0, 5).Draw(t, "dedup"),
 		}
 		if rapid.Bool().Draw(t, "changing") {
@@ -291,7 +292,7 @@ func genMessage(t *rapid.T) msg.Message {
 	u64 := func(label string) uint64 { return rapid.Uint64().Draw(t, label) }
 	switch k := msg.Kind(rapid.IntRange(int(msg.KindAppend), int(msg.KindCoordResp)).Draw(t, "kind")); k {
 	case msg.KindAppend:
-		return msg.Append{View: u64("view"), Records: genRecords.Draw(t, "records")}
+		return msg.Append{View: u64("view"), Records: genRecords.Draw(t, "records"), Floors: genIDs.Draw(t, "floors")}
 	case msg.KindAppendAck:
 		return msg.AppendAck{View: u64("view"), IDs: genIDs.Draw(t, "ids")}
 	case msg.KindAppendReject:
@@ -604,6 +605,9 @@ func TestVtableOffsets(t *testing.T) {
 	tab := body(msg.Append{Records: recs(3, 1)})
 	app.Init(tab.Bytes, tab.Pos)
 	check("Append.records", tab, vtAppendRecords, app.RecordsLength())
+	tab = body(msg.Append{Records: recs(1, 1), Floors: ids})
+	app.Init(tab.Bytes, tab.Pos)
+	check("Append.floors", tab, vtAppendFloors, app.FloorsLength())
 	tab = body(msg.AppendAck{IDs: ids})
 	ack.Init(tab.Bytes, tab.Pos)
 	check("AppendAck.ids", tab, vtAppendAckIDs, ack.IdsLength())

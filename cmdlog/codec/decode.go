@@ -50,7 +50,11 @@ func decodeBody(typ fb.Body, t flatbuffers.Table, share bool) (msg.Message, erro
 		if err != nil {
 			return nil, err
 		}
-		return msg.Append{View: x.View(), Records: recs}, nil
+		floors, err := decodeIDs(t, vtAppendFloors)
+		if err != nil {
+			return nil, err
+		}
+		return msg.Append{View: x.View(), Records: recs, Floors: floors}, nil
 	case fb.BodyAppendAck:
 		var x fb.AppendAck
 		x.Init(t.Bytes, t.Pos)
@@ -249,6 +253,7 @@ func recordID(id *fb.RecordID) msg.RecordID {
 // TestVtableOffsets checks them against the generated code.
 const (
 	vtAppendRecords    = 6  // Append.records, field 1
+	vtAppendFloors     = 8  // Append.floors, field 2
 	vtAppendAckIDs     = 6  // AppendAck.ids, field 1
 	vtAppendRejectIDs  = 8  // AppendReject.ids, field 2
 	vtStoreEntries     = 8  // Store.entries, field 2
@@ -374,7 +379,7 @@ func decodeViewRecord(v *fb.ViewRecord) (msg.ViewRecord, error) {
 		var cm fb.ClientMark
 		for i := range r.Dedup {
 			v.Dedup(&cm, i)
-			d := msg.ClientMark{Client: cm.Client(), Mark: cm.Mark()}
+			d := msg.ClientMark{Client: cm.Client(), Mark: cm.Mark(), View: cm.View()}
 			if k := cm.AboveLength(); k > 0 {
 				if err := checkItems("above ids", k); err != nil {
 					return msg.ViewRecord{}, err

@@ -19,8 +19,14 @@ var ErrBadRecord = errors.New("coord: malformed view record")
 // replicas keep records far below it (dedup.MaxExportBytes).
 const MaxRecordBytes = 1<<20 - 16<<10
 
-// viewRecordVersion is the first byte of an encoded ViewRecord.
-const viewRecordVersion = 1
+// viewRecordVersion is the first byte of an encoded ViewRecord. Version 2
+// adds each ClientMark's View (its lease) after its Above; version 1
+// records (written before dedup leases) still decode, their marks with
+// View 0 (leases that expire at the next view change).
+const (
+	viewRecordVersion   = 2
+	viewRecordVersionV1 = 1
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -28,7 +34,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // key): a version byte, the fields as minimal uvarints in declaration order,
 // slices as a count followed by their elements (a ClientMark's Above as
 // zigzag deltas from the previous value, starting at Mark, so the usual
-// ascending list costs a byte per id), a 0/1 byte for Change, and a
+// ascending list costs a byte per id, then its View), a 0/1 byte for Change, and a
 // little-endian CRC32C of everything before it.
 //
 // Nil and empty slices encode alike and decode as nil.
@@ -49,6 +55,7 @@ func EncodeViewRecord(rec msg.ViewRecord) []byte {
 			b = binary.AppendVarint(b, int64(a-prev)) // wrapping difference; zigzag
 			prev = a
 		}
+		b = binary.AppendUvarint(b, d.View)
 	}
 	if rec.Change == nil {
 		b = append(b, 0)
@@ -82,7 +89,8 @@ func DecodeViewRecord(b []byte) (msg.ViewRecord, error) {
 	if got := crc32.Checksum(body, castagnoli); got != sum {
 		return msg.ViewRecord{}, fmt.Errorf("%w: checksum %08x, stored %08x", ErrBadRecord, got, sum)
 	}
-	if body[0] != viewRecordVersion {
+	version := body[0]
+	if version != viewRecordVersion && version != viewRecordVersionV1 {
 		return msg.ViewRecord{}, fmt.Errorf("%w: version %d", ErrBadRecord, body[0])
 	}
 	d := decoder{b: body[1:]}
@@ -91,7 +99,7 @@ func DecodeViewRecord(b []byte) (msg.ViewRecord, error) {
 	rec.Members = d.nodes("members")
 	rec.Leader = d.node("leader")
 	rec.StartGP = d.uvarint("start gp")
-	if n := d.count("dedup", 3); n > 0 {
+	if n := d.count("dedup", 3+int(version-1)); n > 0 {
 		rec.Dedup = make([]msg.ClientMark, n)
 		for i := range rec.Dedup {
 			m := &rec.Dedup[i]
@@ -104,6 +112,9 @@ func DecodeViewRecord(b []byte) (msg.ViewRecord, error) {
 					prev += uint64(d.varint("dedup above"))
 					m.Above[j] = prev
 				}
+			}
+			if version >= 2 {
+				m.View = d.uvarint("dedup view")
 			}
 		}
 	}
@@ -202,4 +213,29 @@ func (d *decoder) nodes(field string) []msg.NodeID {
 		ids[i] = d.node(field)
 	}
 	return ids
+}
+
+// maxListItems is the longest list cmdlog/codec decodes (codec.MaxItems):
+// a view record goes over the mesh in StartView and CoordResp too.
+const maxListItems = 1 << 16
+
+// CheckViewRecord reports whether rec can be stored and sent: it encodes
+// within MaxRecordBytes (NATS's payload limit) and each of its lists has
+// at most 65,536 items (the mesh codec's limit). The replicas keep their
+// records far below both (dedup.Fit); a coordinator refuses a record that
+// fails.
+func CheckViewRecord(rec msg.ViewRecord) error {
+	if len(rec.Dedup) > maxListItems || len(rec.Members) > maxListItems ||
+		(rec.Change != nil && len(rec.Change.NewMembers) > maxListItems) {
+		return fmt.Errorf("%w: a list over %d items", ErrBadRecord, maxListItems)
+	}
+	for _, d := range rec.Dedup {
+		if len(d.Above) > maxListItems {
+			return fmt.Errorf("%w: client %d has %d ids above its mark, over %d", ErrBadRecord, d.Client, len(d.Above), maxListItems)
+		}
+	}
+	if n := len(EncodeViewRecord(rec)); n > MaxRecordBytes {
+		return fmt.Errorf("%w: %d bytes encoded, over %d", ErrBadRecord, n, MaxRecordBytes)
+	}
+	return nil
 }

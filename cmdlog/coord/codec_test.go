@@ -48,7 +48,10 @@ func recordSeeds() []recordSeed {
 		{"flipped-bit", flipped},
 		{"empty", nil},
 		{"truncated", valid[:len(valid)/2]},
-		{"bad-version", withCRC([]byte{2, 0, 0, 0, 0, 0, 0})},
+		{"bad-version", withCRC([]byte{3, 0, 0, 0, 0, 0, 0})},
+		// A version 1 record (before dedup leases): a mark without View.
+		{"valid-v1", withCRC([]byte{1, 7, 1, 1, 1, 9, 1, 5, 4, 2, 2, 4, 0})},
+		{"truncated-v2-mark", withCRC([]byte{2, 7, 1, 1, 1, 9, 1, 5, 4, 2, 2, 4, 0})},
 		{"huge-count", withCRC([]byte{1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})},
 		{"node-overflow", withCRC([]byte{1, 0, 1, 0x80, 0x80, 0x80, 0x80, 0x10, 0, 0, 0, 0})},
 		{"overlong-varint", withCRC([]byte{1, 0x80, 0x00, 0, 0, 0, 0, 0})},
@@ -83,6 +86,7 @@ func TestViewRecordRoundTrip(t *testing.T) {
 					Client: rapid.Uint64().Draw(t, "client"),
 					Mark:   rapid.Uint64().Draw(t, "mark"),
 					Above:  rapid.SliceOfN(rapid.Uint64(), 0, 8).Draw(t, "above"),
+					View:   rapid.Uint64().Draw(t, "lease"),
 				}
 			}), 0, 5).Draw(t, "dedup"),
 		}
@@ -130,7 +134,7 @@ func equalRecords(a, b msg.ViewRecord) bool {
 	}
 	for i := range a.Dedup {
 		x, y := a.Dedup[i], b.Dedup[i]
-		if x.Client != y.Client || x.Mark != y.Mark || len(x.Above) != len(y.Above) {
+		if x.Client != y.Client || x.Mark != y.Mark || x.View != y.View || len(x.Above) != len(y.Above) {
 			return false
 		}
 		for j := range x.Above {
@@ -163,7 +167,16 @@ func FuzzDecodeViewRecord(f *testing.F) {
 				}
 				continue
 			}
-			if re := coord.EncodeViewRecord(rec); !bytes.Equal(re, in) {
+			re := coord.EncodeViewRecord(rec)
+			if in[0] == 1 {
+				// Version 1 re-encodes as version 2, to the same record.
+				again, err := coord.DecodeViewRecord(re)
+				if err != nil || re[0] != 2 || !equalRecords(again, rec) {
+					t.Fatalf("re-encoding version 1 %x gives %x (%v)", in, re, err)
+				}
+				continue
+			}
+			if !bytes.Equal(re, in) {
 				t.Fatalf("re-encoding %x gives %x", in, re)
 			}
 		}

@@ -119,9 +119,17 @@ func (k Kind) String() string {
 // Append asks a sequencing replica to store records durably in view View.
 // A client sends it to every member of the view; the append is complete
 // when every member acknowledged it.
+//
+// Floors carries the senders' dedup floors: a Floor{Client: C, Seq: F}
+// says that every id of client C below F is complete (acknowledged by
+// every replica of some view) or abandoned (reported to its producer as
+// ErrOutcomeUnknown, never sent again), so a replica may raise C's mark
+// to F-1 and close the gaps abandoned appends leave. Only the producer
+// of C's ids may say so.
 type Append struct {
 	View    uint64
 	Records []Record
+	Floors  []RecordID
 }
 
 // AppendAck acknowledges that the replica holds (or has already ordered) the
@@ -363,10 +371,14 @@ type ViewChange struct {
 
 // ClientMark is one client's deduplication state: every request id up to
 // Mark has been seen, and so have the ids in Above (all > Mark, ascending).
+// View is the last view in which one of the client's appends was stored
+// (or its floor raised): the client's lease, which the marks keep for
+// dedup.DefaultLeaseViews views after it (see cmdlog/dedup).
 type ClientMark struct {
 	Client uint64
 	Mark   uint64
 	Above  []uint64
+	View   uint64
 }
 
 // Active reports whether the record describes an active view.
@@ -396,7 +408,7 @@ func (v ViewRecord) Clone() ViewRecord {
 	c.Members = append([]NodeID(nil), v.Members...)
 	c.Dedup = make([]ClientMark, len(v.Dedup))
 	for i, d := range v.Dedup {
-		c.Dedup[i] = ClientMark{Client: d.Client, Mark: d.Mark, Above: append([]uint64(nil), d.Above...)}
+		c.Dedup[i] = ClientMark{Client: d.Client, Mark: d.Mark, Above: append([]uint64(nil), d.Above...), View: d.View}
 	}
 	if v.Change != nil {
 		ch := *v.Change

@@ -72,12 +72,28 @@ type Config struct {
 	// the default, 256 MiB; an append to an empty replica is always
 	// accepted.
 	MaxHeldBytes int64
-	// DedupClients caps the clients whose deduplication marks a view
-	// record carries: at a view change the marks of the most recently
-	// active ones are kept, the others expire (a client quiet while this
-	// many others appended; its resend of an old append could be stored
-	// again). 0 means dedup.MaxExportClients, also the maximum.
-	DedupClients int
+	// LeaseViews is L, the clients' dedup lease in views (cmdlog/dedup):
+	// a client's marks stored in view V are carried through the change to
+	// view V+L-1 and expire at the change to V+L. The clients must use the
+	// same value (clientcore.Config.LeaseViews). 0 means
+	// dedup.DefaultLeaseViews.
+	LeaseViews int
+	// MaxClients caps the clients whose dedup marks this replica holds: a
+	// full table refuses a new client's records busy (nothing of them
+	// stored; other clients' records in the same Append go on),
+	// unless the leader's pending GC names it, and a leader that refuses
+	// one starts a view change with the same members (at most once per 10
+	// x SuspectTicks), so that leases run out even when nothing fails. A
+	// view record then carries at most 2 x MaxClients marks. 0 means
+	// dedup.DefaultMaxClients; at most dedup.MaxExportClients/2, and at
+	// most what dedup.MaxExportBytes holds with DedupWindow (5,825 with
+	// the default window). Each player session of the game server is a
+	// client: a cluster serves that many sessions active within a lease.
+	MaxClients int
+	// DedupWindow caps how far above its mark a client's ids may be (ids
+	// further up are refused busy until the ones below arrive or the
+	// client's floor passes them). 0 means dedup.DefaultWindow.
+	DedupWindow int
 	// Bugs injects known protocol bugs, to prove that the simulator's
 	// checker catches them. Never set outside tests.
 	Bugs Bugs
@@ -100,6 +116,11 @@ type Bugs struct {
 	// so a replica recovered from a compacted WAL forgets the records it
 	// stored since, and stores a client's resend of one of them again.
 	CheckpointForgetsDedup bool
+	// EvictByRecency admits every client, and a view change keeps the
+	// marks of the MaxClients most recently active ones (what the
+	// replicas did before dedup leases): a client quiet while that many
+	// others appended is forgotten, and its retry stored a second time.
+	EvictByRecency bool
 }
 
 func (c *Config) applyDefaults() {
@@ -113,9 +134,19 @@ func (c *Config) applyDefaults() {
 	if c.OrderDelayTicks == 0 && c.Durability == Fsync {
 		c.OrderDelayTicks = 1
 	}
-	if c.DedupClients <= 0 || c.DedupClients > dedup.MaxExportClients {
-		c.DedupClients = dedup.MaxExportClients
+	if c.LeaseViews <= 0 {
+		c.LeaseViews = dedup.DefaultLeaseViews
 	}
+	if c.MaxClients <= 0 {
+		c.MaxClients = dedup.DefaultMaxClients
+	}
+	if c.DedupWindow <= 0 {
+		c.DedupWindow = dedup.DefaultWindow
+	}
+	c.DedupWindow = max(c.DedupWindow, 2)
+	// A view record carries at most 2 x MaxClients marks of at most
+	// dedup.MaxMarkBytes(DedupWindow) bytes: keep them within the budget.
+	c.MaxClients = min(c.MaxClients, dedup.MaxExportClients/2, dedup.MaxExportBytes/(2*dedup.MaxMarkBytes(c.DedupWindow)))
 	if c.MaxHeldBytes <= 0 {
 		c.MaxHeldBytes = 256 << 20
 	}
@@ -155,6 +186,9 @@ const (
 	// operation before the newest checkpoint (in the same synced write
 	// that stores it, or later).
 	PersistCheckpoint
+	// PersistFloor: clients' floors that raised their dedup marks (fsync
+	// mode), in the view the replica serves.
+	PersistFloor
 )
 
 // PersistOp is one write-ahead log operation.
@@ -163,6 +197,7 @@ type PersistOp struct {
 	View       msg.ViewRecord // PersistStartView
 	Records    []msg.Record   // PersistRecords
 	GC         msg.GC         // PersistGC
+	Floor      []msg.RecordID // PersistFloor: (client, floor) pairs
 	Checkpoint *Checkpoint    // PersistCheckpoint
 }
 

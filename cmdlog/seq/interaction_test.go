@@ -15,14 +15,20 @@ package seq_test
 // Commands:
 //
 //	bootstrap replicas=3 shards=2 [stripe=N] [durability=fsync] [batch=N] [suspect=N] [checkpoint=N] [held=BYTES]
+//	          [clients=N] [window=N] [lease=N]
+//	                                     (clients, window, lease: Config.MaxClients, DedupWindow, LeaseViews)
 //	                                     (checkpoint: Config.CheckpointRecords; default: none in a script;
 //	                                     a replica's WAL drops what precedes a checkpoint, as cmdlog/wal does)
-//	append client=C ids=1,2,3 [to=1,2]   an Append from client C to the replicas (default: the view)
+//	append client=C ids=1,2,3 [to=1,2] [floor=F]
+//	                                     an Append from client C to the replicas (default: the view),
+//	                                     with C's floor F (every id of C below F complete or abandoned)
+//	                                     [also=C2]: the same ids of client C2 in the same message
 //	deliver [to=X] [from=X] [kind=K] [n=N]
 //	                                     deliver queued messages that match, in order, then run every
 //	                                     touched node's Ready; prints what was delivered
 //	stabilize                            deliver until nothing is queued
-//	tick [n=N] [nodes=1,2]               tick replicas (default: all live ones) n times
+//	tick [n=N] [nodes=1,2] [settle]      tick replicas (default: all live ones) n times
+//	                                     (settle: deliver everything after each tick, silently)
 //	crash id=X                           the node loses its memory; messages to it are dropped
 //	restart id=X                         a crashed replica comes back empty (memory) or from its WAL (fsync)
 //	queue                                print the queued messages
@@ -107,6 +113,13 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 					h.ready(r)
 				}
 			}
+			if d.HasArg("settle") {
+				// Deliver everything after each tick, without printing it.
+				kept := h.out.String()
+				h.deliver(t, d, true)
+				h.out.Reset()
+				h.out.WriteString(kept)
+			}
 		}
 		fmt.Fprintf(&h.out, "%d queued\n", len(h.queue))
 	case "crash":
@@ -180,6 +193,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 					rs = append(rs, rec.ID)
 				}
 				fmt.Fprintf(&h.out, "records %s\n", ids(rs))
+			case seq.PersistFloor:
+				fmt.Fprintf(&h.out, "floor %s\n", ids(op.Floor))
 			case seq.PersistGC:
 				fmt.Fprintf(&h.out, "gc %d..%d %s\n", op.GC.FromGP, op.GC.ToGP, ids(op.GC.IDs))
 			case seq.PersistSeal:
@@ -211,7 +226,8 @@ func (h *harness) bootstrap(t *testing.T, d *datadriven.TestData) {
 		h.layout.Shards = append(h.layout.Shards, id)
 	}
 	h.cfg = seq.Config{Layout: h.layout, BatchSize: intArg(t, d, "batch", 0), SuspectTicks: intArg(t, d, "suspect", 0),
-		CheckpointRecords: intArg(t, d, "checkpoint", -1), MaxHeldBytes: int64(intArg(t, d, "held", 0))}
+		CheckpointRecords: intArg(t, d, "checkpoint", -1), MaxHeldBytes: int64(intArg(t, d, "held", 0)),
+		MaxClients: intArg(t, d, "clients", 0), DedupWindow: intArg(t, d, "window", 0), LeaseViews: intArg(t, d, "lease", 0)}
 	if d.HasArg("durability") {
 		var v string
 		d.ScanArgs(t, "durability", &v)
@@ -262,9 +278,20 @@ func (h *harness) appendCmd(t *testing.T, d *datadriven.TestData) {
 	for _, s := range ids {
 		recs = append(recs, msg.Record{ID: msg.RecordID{Client: uint64(client), Seq: uint64(s)}, Data: []byte(fmt.Sprintf("c%d-%d", client, s))})
 	}
+	if also := intArg(t, d, "also", 0); also > 0 {
+		// The same ids of a second client in the same message (a server's
+		// log client batches many sessions).
+		for _, sq := range ids {
+			recs = append(recs, msg.Record{ID: msg.RecordID{Client: uint64(also), Seq: uint64(sq)}, Data: []byte(fmt.Sprintf("c%d-%d", also, sq))})
+		}
+	}
+	var floors []msg.RecordID
+	if f := intArg(t, d, "floor", 0); f > 0 {
+		floors = []msg.RecordID{{Client: uint64(client), Seq: uint64(f)}}
+	}
 	for _, id := range to {
 		h.queue = append(h.queue, msg.Envelope{From: clientBase + msg.NodeID(client), To: id,
-			Msg: msg.Append{View: h.coordRec.Number, Records: recs}})
+			Msg: msg.Append{View: h.coordRec.Number, Records: recs, Floors: floors}})
 	}
 	fmt.Fprintf(&h.out, "%d queued\n", len(h.queue))
 }
@@ -412,7 +439,11 @@ func (h *harness) state() {
 	if v.Change != nil {
 		change = fmt.Sprintf(" change to %d by %d, members %v", v.Change.Epoch, v.Change.Flusher, v.Change.NewMembers)
 	}
-	fmt.Fprintf(&h.out, "coordinator: rev %d view %d members %v leader %d start-gp %d%s\n", h.coordRev, v.Number, v.Members, v.Leader, v.StartGP, change)
+	dedup := ""
+	if len(v.Dedup) > 0 {
+		dedup = fmt.Sprintf(" dedup %v", v.Dedup)
+	}
+	fmt.Fprintf(&h.out, "coordinator: rev %d view %d members %v leader %d start-gp %d%s%s\n", h.coordRev, v.Number, v.Members, v.Leader, v.StartGP, dedup, change)
 }
 
 func (h *harness) replica(id msg.NodeID) *replicaNode {
@@ -461,6 +492,9 @@ func format(e msg.Envelope) string {
 			r = append(r, rec.ID)
 		}
 		body = fmt.Sprintf("view=%d %s", m.View, ids(r))
+		if len(m.Floors) > 0 {
+			body += fmt.Sprintf(" floors %s", ids(m.Floors))
+		}
 	case msg.AppendAck:
 		body = fmt.Sprintf("view=%d %s", m.View, ids(m.IDs))
 	case msg.AppendReject:

@@ -120,6 +120,15 @@ func (r *Replica) tickLeader() {
 	}
 	if len(dead) > 0 {
 		r.startViewChange(nil, dead)
+		return
+	}
+	// A full dedup table refused a new client: change to a view with the
+	// same members, where the leases that ran out are gone.
+	if r.rollWanted && r.now-r.lastRoll >= r.rollTicks() {
+		r.rollWanted = false
+		r.lastRoll = r.now
+		r.rolls++
+		r.startViewChange(nil, nil)
 	}
 }
 

@@ -92,6 +92,15 @@ type Replica struct {
 	held        int64
 	heldAt      int64
 	busyRejects uint64
+	// admitRejects counts appends refused busy because they named a new
+	// client while the dedup table was full; rollWanted asks the leader
+	// to roll its view (so leases expire), lastRoll is when it last did.
+	admitRejects uint64
+	rollWanted   bool
+	lastRoll     int64
+	rolls        uint64
+	// floorRaises counts the clients' floors that moved a mark up.
+	floorRaises uint64
 	// refused counts messages from senders not allowed to send them.
 	refused uint64
 	// peerGoneActed counts the view changes msg.PeerGone started.
@@ -123,6 +132,7 @@ func New(cfg Config, lastStartedView uint64) *Replica {
 		lastPoll:        -1 << 40,
 		lastJoin:        -1 << 40,
 		lastJoinHandled: -1 << 40,
+		lastRoll:        -1 << 40,
 	}
 }
 
@@ -144,9 +154,13 @@ func Recover(cfg Config, wal []PersistOp) *Replica {
 			if cfg.Durability == Fsync {
 				r.resetToView(op.View, 0)
 			}
+		case PersistFloor:
+			for _, f := range op.Floor {
+				r.dedup.Raise(f.Client, f.Seq, r.view.Number)
+			}
 		case PersistRecords:
 			for _, rec := range op.Records {
-				if r.dedup.Add(rec.ID) {
+				if r.dedup.AddIn(rec.ID, r.view.Number) {
 					r.log = append(r.log, rec)
 				}
 			}
@@ -236,7 +250,7 @@ func (r *Replica) persist(op PersistOp) {
 
 // opWeight is what an operation counts towards Config.CheckpointRecords.
 func opWeight(op PersistOp) int {
-	return 1 + len(op.Records) + len(op.GC.IDs)
+	return 1 + len(op.Records) + len(op.GC.IDs) + len(op.Floor)
 }
 
 // Checkpoint returns the replica's recoverable state now: what a
@@ -377,18 +391,43 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectSealed, IDs: ids})
 		return
 	}
-	if r.busy(m.Records) {
+	// Records of clients the full dedup table cannot admit are refused
+	// busy, the others go on.
+	shut := r.admit(m)
+	recs := m.Records
+	if shut != nil {
+		r.admitRejects++
+		recs = slices.DeleteFunc(slices.Clone(recs), func(rec msg.Record) bool { return shut[rec.ID.Client] })
+	}
+	if r.busy(recs) {
 		r.busyRejects++
 		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectBusy, IDs: ids})
 		return
 	}
 	r.noteClient(from)
+	var raised []msg.RecordID
+	for _, f := range m.Floors {
+		if !shut[f.Client] && r.dedup.Raise(f.Client, f.Seq, r.view.Number) {
+			raised = append(raised, f)
+			r.floorRaises++
+		}
+	}
+	if len(raised) > 0 && r.cfg.Durability == Fsync {
+		r.persist(PersistOp{Kind: PersistFloor, Floor: raised})
+	}
 	var added []msg.Record
+	var outside []msg.RecordID // not admitted, or beyond their client's window: refused busy
 	if r.assigned == len(r.log) {
 		r.unassignedSince = r.now
 	}
+	acked := ids[:0:0]
 	for _, rec := range m.Records {
-		if r.dedup.Add(rec.ID) {
+		if shut[rec.ID.Client] || !r.dedup.InWindow(rec.ID, r.cfg.DedupWindow) {
+			outside = append(outside, rec.ID)
+			continue
+		}
+		acked = append(acked, rec.ID)
+		if r.dedup.AddIn(rec.ID, r.view.Number) {
 			r.log = append(r.log, rec)
 			added = append(added, rec)
 		}
@@ -396,7 +435,15 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 	if len(added) > 0 && r.cfg.Durability == Fsync {
 		r.persist(PersistOp{Kind: PersistRecords, Records: added})
 	}
-	r.send(from, msg.AppendAck{View: r.view.Number, IDs: ids})
+	if len(acked) > 0 || len(outside) == 0 {
+		r.send(from, msg.AppendAck{View: r.view.Number, IDs: acked})
+	}
+	if len(outside) > 0 {
+		if shut == nil { // admission refusals count in admitRejects
+			r.busyRejects++
+		}
+		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectBusy, IDs: outside})
+	}
 	if len(added) > 0 && r.pendingGC != nil {
 		gc := *r.pendingGC
 		r.pendingGC = nil
@@ -404,6 +451,74 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 	}
 	// The leader orders in Ready, with everything else that arrived.
 }
+
+// admit returns the clients of m that may not enter the dedup table (nil:
+// every one may). It admits at most MaxClients clients (those the view
+// record carried count), so that the marks a view record carries stay
+// bounded without evicting a client whose lease is live. A client whose
+// record the leader's pending GC names is always admitted (the leader
+// admitted it; otherwise a full follower never catches up). A leader that
+// refuses a new client asks for a view change with the same members
+// (tickLeader), after which expired leases free the table.
+func (r *Replica) admit(m msg.Append) map[uint64]bool {
+	room := r.cfg.MaxClients - r.dedup.Len()
+	var fresh, shut map[uint64]bool
+	check := func(c uint64) {
+		if r.dedup.Known(c) || fresh[c] || shut[c] {
+			return
+		}
+		if room > 0 || r.cfg.Bugs.EvictByRecency || r.pendingGCNames(c) {
+			if fresh == nil {
+				fresh = make(map[uint64]bool)
+			}
+			fresh[c] = true
+			room--
+			return
+		}
+		if shut == nil {
+			shut = make(map[uint64]bool)
+		}
+		shut[c] = true
+	}
+	for _, f := range m.Floors {
+		check(f.Client)
+	}
+	for _, rec := range m.Records {
+		check(rec.ID.Client)
+	}
+	if shut != nil && r.role == RoleLeader {
+		r.rollWanted = true
+	}
+	return shut
+}
+
+// pendingGCNames reports whether the pending GC orders a record of client.
+func (r *Replica) pendingGCNames(client uint64) bool {
+	if r.pendingGC == nil {
+		return false
+	}
+	for _, id := range r.pendingGC.IDs {
+		if id.Client == client {
+			return true
+		}
+	}
+	return false
+}
+
+// rollTicks is the least time between two view changes a leader starts
+// because its dedup table is full.
+func (r *Replica) rollTicks() int64 { return 10 * int64(r.cfg.SuspectTicks) }
+
+// AdmitRejects returns how many appends the replica refused busy because
+// they named a new client while its dedup table was full.
+func (r *Replica) AdmitRejects() uint64 { return r.admitRejects }
+
+// FloorRaises returns how many clients' floors moved a mark up here.
+func (r *Replica) FloorRaises() uint64 { return r.floorRaises }
+
+// Rolls returns how many view changes this replica started (as leader)
+// to let dedup leases expire.
+func (r *Replica) Rolls() uint64 { return r.rolls }
 
 // recordCost is what a held record counts against MaxHeldBytes.
 func recordCost(rec msg.Record) int64 { return int64(len(rec.Data)) + 32 }

@@ -2,6 +2,7 @@ package seq
 
 import (
 	"fmt"
+	"github.com/anoptic/broadside/cmdlog/dedup"
 	"slices"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
@@ -94,6 +95,9 @@ func (r *Replica) checkView(v msg.ViewRecord) error {
 		if err := r.checkMembers("new members", c.NewMembers); err != nil {
 			return err
 		}
+	}
+	if err := dedup.Fit(v.Dedup); err != nil {
+		return fmt.Errorf("view %d: %w", v.Number, err)
 	}
 	return nil
 }

@@ -248,9 +248,16 @@ func (r *Replica) maybeActivate() {
 		Members: f.newMembers,
 		Leader:  r.cfg.ID,
 		StartGP: f.tail,
-		// The marks of the most recent clients that fit the record (the
-		// others' leases expire here).
-		Dedup: r.dedup.Bounded(r.cfg.DedupClients, dedup.MaxExportBytes),
+		// The marks whose lease is live in the new view (the others
+		// expire here).
+		Dedup: r.dedup.Live(f.epoch, uint64(r.cfg.LeaseViews)),
+	}
+	if r.cfg.Bugs.EvictByRecency {
+		f.target.Dedup = r.dedup.MostRecent(r.cfg.MaxClients)
+	}
+	if err := dedup.Fit(f.target.Dedup); err != nil {
+		// Admission and the window keep the marks within the budget.
+		r.violate("view %d: %v", f.epoch, err)
 	}
 	r.coordRequest(coordActivate, msg.CoordCAS{ExpectRev: f.claimRev, View: f.target})
 }

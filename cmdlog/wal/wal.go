@@ -158,6 +158,8 @@ func encodeOp(dst []byte, op seq.PersistOp) []byte {
 		dst = codec.Encode(dst, msg.StartView{View: op.View})
 	case seq.PersistRecords:
 		dst = codec.Encode(dst, msg.Append{Records: op.Records})
+	case seq.PersistFloor:
+		dst = codec.Encode(dst, msg.Append{Floors: op.Floor})
 	case seq.PersistGC:
 		dst = codec.Encode(dst, op.GC)
 	case seq.PersistCheckpoint:
@@ -205,8 +207,12 @@ func DecodeOp(b []byte) (seq.PersistOp, error) {
 			return op, nil
 		}
 	case msg.Append:
-		if op.Kind == seq.PersistRecords {
+		if op.Kind == seq.PersistRecords && len(v.Floors) == 0 {
 			op.Records = v.Records
+			return op, nil
+		}
+		if op.Kind == seq.PersistFloor && len(v.Records) == 0 {
+			op.Floor = v.Floors
 			return op, nil
 		}
 	case msg.GC:

@@ -16,6 +16,7 @@ func sampleOps() []seq.PersistOp {
 		{Kind: seq.PersistRecords, Records: []msg.Record{{ID: msg.RecordID{Client: 7, Seq: 5}, Data: []byte("x")}}},
 		{Kind: seq.PersistGC, GC: msg.GC{View: 3, FromGP: 10, ToGP: 10, IDs: []msg.RecordID{{Client: 7, Seq: 5}}}},
 		{Kind: seq.PersistSeal},
+		{Kind: seq.PersistFloor, Floor: []msg.RecordID{{Client: 7, Seq: 9}, {Client: 1 << 63, Seq: 2}}},
 	}
 }
 
@@ -23,7 +24,7 @@ func sampleCheckpoint() seq.PersistOp {
 	return seq.PersistOp{Kind: seq.PersistCheckpoint, Checkpoint: &seq.Checkpoint{
 		View:   msg.ViewRecord{Number: 3, Members: []msg.NodeID{1, 2}, Leader: 2, StartGP: 9, Dedup: []msg.ClientMark{{Client: 7, Mark: 4}}},
 		Sealed: true, LastOrderedGP: 11, StableGP: 10,
-		Dedup:     []msg.ClientMark{{Client: 7, Mark: 6, Above: []uint64{8}}, {Client: 9, Mark: 1}},
+		Dedup:     []msg.ClientMark{{Client: 7, Mark: 6, Above: []uint64{8}, View: 3}, {Client: 9, Mark: 1, View: 2}},
 		Ordered:   []msg.Entry{{Pos: 11, Record: msg.Record{ID: msg.RecordID{Client: 7, Seq: 6}, Data: []byte("y")}}},
 		Unordered: []msg.Record{{ID: msg.RecordID{Client: 7, Seq: 8}, Data: []byte("z")}},
 	}}
@@ -115,7 +116,7 @@ func TestAppendLoadReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ = w.Load()
-	if len(got) != 5 || !reflect.DeepEqual(got[4], ops[0]) {
+	if len(got) != len(ops)+1 || !reflect.DeepEqual(got[len(ops)], ops[0]) {
 		t.Fatalf("after reopen+append: %d ops", len(got))
 	}
 }

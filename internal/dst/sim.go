@@ -43,12 +43,23 @@ type Options struct {
 	ExternalChecksOnly bool
 	// WALBugs injects bugs into the simulated WAL's compaction.
 	WALBugs WALBugs
+	// ClientIgnoresLease injects the clients' bug of resending appends
+	// past their dedup lease.
+	ClientIgnoresLease bool
 	// Durability of the replicas (memory by default).
 	Durability seq.Durability
 	// Trace, if set, receives a line per notable event.
 	Trace io.Writer
 	// MaxTicks bounds the whole run (default 60000).
 	MaxTicks int64
+	// LeaseViews, if set, is the replicas' and clients' dedup lease
+	// (default: the seed's, dedup.DefaultLeaseViews on most seeds).
+	LeaseViews int
+	// Dedup forces (1) or forbids (-1) the dedup-lease workload; 0 lets
+	// the seed decide (one seed in four): small leases, tables and
+	// windows, a flood of short-lived clients that fills the tables, and
+	// clients that go quiet past their lease.
+	Dedup int
 }
 
 // WALBugs are deliberately wrong WAL compactions, to prove that the
@@ -76,8 +87,18 @@ type Result struct {
 	Sent        int
 	Dropped     int
 	Duplicated  int
-	// Busy counts appends a replica refused busy (MaxHeldBytes).
+	// Busy counts appends a replica refused busy (MaxHeldBytes, or ids
+	// beyond the dedup window).
 	Busy int
+	// DedupSeed: the run used the dedup-lease workload.
+	DedupSeed bool
+	// Admission counts appends refused busy because they named a new
+	// client while a replica's dedup table was full; Rolls, the view
+	// changes leaders started to let leases expire; FloorRaises, the
+	// clients' floors that moved a replica's mark; Unknown, the appends
+	// that completed with their outcome unknown (lease ran out); Quiet,
+	// the clients that went quiet.
+	Admission, Rolls, FloorRaises, Unknown, Quiet int
 	// CompactedRecoveries counts replicas recovered from a compacted WAL.
 	CompactedRecoveries int
 	Violations          []string
@@ -133,6 +154,10 @@ type clientSlot struct {
 	id       msg.NodeID
 	core     *clientcore.Client
 	issued   int
+	budget   int                  // appends it issues in all
+	startAt  int64                // first tick it issues appends (short-lived clients)
+	quietTil int64                // it neither ticks nor hears anything before this tick
+	quietTo  uint64               // ... or before the coordinator's view reaches this one
 	inflight map[msg.RecordID]int // append id -> op index
 	reads    map[uint64]int       // req id -> op index
 	tails    map[uint64]int
@@ -171,6 +196,12 @@ type sim struct {
 	crashBudget  int
 	// forcedFaultAt is the tick of the one fault every seed gets.
 	forcedFaultAt int64
+	// drng draws the dedup-lease workload, apart from rng so that the
+	// seeds without it run as they did before it existed.
+	drng                           *rand.Rand
+	goneAt                         int64
+	dedupOn                        bool
+	lease, maxClients, dedupWindow int
 }
 
 // op is one client operation for the history checks.
@@ -230,6 +261,17 @@ func Run(opts Options) Result {
 		faultsOn:   !opts.NoFaults,
 	}
 	s.res.Seed = opts.Seed
+	s.drng = rand.New(rand.NewPCG(opts.Seed^0x5eed_dedf9, opts.Seed*3+7))
+	s.dedupOn = opts.Dedup > 0 || (opts.Dedup == 0 && !opts.NoFaults && s.drng.IntN(4) == 0)
+	if s.dedupOn {
+		s.res.DedupSeed = true
+		s.lease = 2 + s.drng.IntN(3)
+		s.maxClients = opts.Clients + 1 + s.drng.IntN(3)
+		s.dedupWindow = 2 + s.drng.IntN(4)
+	}
+	if opts.LeaseViews > 0 {
+		s.lease = opts.LeaseViews
+	}
 	s.net = &network{rng: rand.New(rand.NewPCG(opts.Seed^0xabcdef, opts.Seed+1)), cut: make(map[msg.NodeID]int64)}
 	if s.faultsOn {
 		s.net.dropRate = s.rng.Float64() * 0.05
@@ -245,7 +287,23 @@ func Run(opts Options) Result {
 	s.finalChecks()
 	s.res.Ticks = s.now
 	s.res.Sent, s.res.Dropped, s.res.Duplicated = s.net.sent, s.net.dropped, s.net.duplicated
+	for _, r := range s.replicas {
+		s.harvest(r)
+	}
+	for _, c := range s.clients {
+		s.res.Unknown += int(c.core.Unknown())
+	}
 	return s.res
+}
+
+// harvest adds a replica's dedup counters to the result (before it
+// crashes, and at the end).
+func (s *sim) harvest(r *replicaSlot) {
+	if r.core != nil {
+		s.res.Admission += int(r.core.AdmitRejects())
+		s.res.Rolls += int(r.core.Rolls())
+		s.res.FloorRaises += int(r.core.FloorRaises())
+	}
 }
 
 func (s *sim) tracef(format string, args ...any) {
@@ -275,6 +333,10 @@ func (s *sim) replicaConfig(id msg.NodeID) seq.Config {
 		// Half the replicas hold little before they refuse appends busy.
 		MaxHeldBytes: []int64{0, 0, 200, 1000}[s.rng.IntN(4)],
 		Bugs:         s.opts.Bugs,
+		// The dedup-lease seeds: small leases, tables and windows.
+		LeaseViews:  s.lease,
+		MaxClients:  s.maxClients,
+		DedupWindow: s.dedupWindow,
 	}
 }
 
@@ -302,11 +364,82 @@ func (s *sim) setup() {
 		sl.core = s.newShard(sl)
 		s.shards = append(s.shards, sl)
 	}
-	for i := range s.opts.Clients {
+	n := s.opts.Clients
+	if s.dedupOn {
+		// A flood of short-lived clients, each a few appends, that fills
+		// the tables; their leases must run out for the next to get in.
+		n += 10 + s.drng.IntN(30)
+	}
+	for i := range n {
 		id := clientBase + msg.NodeID(i)
-		c := clientcore.New(clientcore.Config{ID: id, ClientID: uint64(1000 + i), Layout: s.layout})
-		s.clients = append(s.clients, &clientSlot{id: id, core: c, inflight: map[msg.RecordID]int{},
-			reads: map[uint64]int{}, tails: map[uint64]int{}})
+		c := clientcore.New(clientcore.Config{ID: id, ClientID: uint64(1000 + i), Layout: s.layout, LeaseViews: s.lease,
+			IgnoreLeaseBug: s.opts.ClientIgnoresLease})
+		sl := &clientSlot{id: id, core: c, inflight: map[msg.RecordID]int{},
+			reads: map[uint64]int{}, tails: map[uint64]int{}, budget: s.opts.AppendsPerClient}
+		if i >= s.opts.Clients {
+			sl.budget = 1 + s.drng.IntN(5)
+			sl.startAt = int64(s.drng.IntN(int(s.opts.MaxTicks / 4)))
+		}
+		s.clients = append(s.clients, sl)
+	}
+}
+
+// quietClient pauses a client for longer than its lease usually lasts
+// (dedup-lease seeds): it neither ticks nor hears anything, as a stalled
+// process, while view changes go on; its pending appends then complete
+// with their outcome unknown, or are still within their lease.
+func (s *sim) quietClient() {
+	// Mostly a long-lived client, often with appends in flight.
+	c := s.clients[s.drng.IntN(s.opts.Clients)]
+	if s.drng.IntN(4) == 0 {
+		c = s.clients[s.drng.IntN(len(s.clients))]
+	}
+	if c.quiet() {
+		return
+	}
+	// Quiet for 1 to L view changes (past its lease at L), or a while.
+	c.quietTil = s.now + int64(300+s.drng.IntN(3000))
+	c.quietTo = s.coordView.Number + uint64(1+s.drng.IntN(max(s.lease, 1)))
+	s.res.Quiet++
+	s.tracef("client %d goes quiet until view %d or t=%d", c.id, c.quietTo, c.quietTil)
+	// Meanwhile a burst of short-lived clients fills the tables, and a
+	// false crash report changes the view.
+	burst := 0
+	for _, o := range s.clients[s.opts.Clients:] {
+		if o.startAt > s.now && burst <= s.maxClients {
+			o.startAt = s.now + int64(burst)
+			burst++
+		}
+	}
+	s.goneAt = s.now + int64(20+s.drng.IntN(60))
+}
+
+// quiet reports whether c is stalled now.
+func (c *clientSlot) quiet() bool { return c.quietTil != 0 }
+
+// wake ends the stalls that are over.
+func (s *sim) wake() {
+	for _, c := range s.clients {
+		if c.quietTil != 0 && (s.now >= c.quietTil || s.coordView.Number >= c.quietTo) {
+			c.quietTil, c.quietTo = 0, 0
+			s.tracef("client %d wakes up in view %d", c.id, s.coordView.Number)
+		}
+	}
+	if s.goneAt != 0 && s.now >= s.goneAt {
+		s.goneAt = 0
+		var leader, follower *replicaSlot
+		for _, r := range s.replicas {
+			if r.core != nil && r.core.Role() == seq.RoleLeader {
+				leader = r
+			} else if r.core != nil && r.core.Role() == seq.RoleFollower {
+				follower = r
+			}
+		}
+		if leader != nil && follower != nil {
+			s.res.FalseGone++
+			s.tracef("false crash report: replica %d told that replica %d ended", leader.id, follower.id)
+			s.net.send(msg.Envelope{From: follower.id, To: leader.id, Msg: msg.PeerGone{}}, s.now, true)
+		}
 	}
 }
 
@@ -362,7 +495,7 @@ func (s *sim) describe() string {
 
 func (s *sim) workloadDone() bool {
 	for _, c := range s.clients {
-		if c.issued < s.opts.AppendsPerClient {
+		if c.issued < c.budget {
 			return false
 		}
 	}
@@ -410,6 +543,9 @@ func (s *sim) healAll() {
 	s.faultsOn = false
 	s.tracef("heal: faults stop, all nodes restart, partitions end")
 	clear(s.net.cut)
+	for _, c := range s.clients {
+		c.quietTil, c.quietTo = 0, 0
+	}
 	for _, r := range s.replicas {
 		if r.core == nil {
 			r.downUntil = s.now
@@ -426,6 +562,12 @@ func (s *sim) injectFaults() {
 	if s.now == s.forcedFaultAt {
 		s.forcedFault()
 	}
+	if s.dedupOn {
+		if s.drng.IntN(800) == 0 {
+			s.quietClient()
+		}
+		s.wake()
+	}
 	// Crash a sequencing replica when that keeps a replica holding the
 	// last active view's state alive (memory mode loses a crashed
 	// replica's log; the protocol tolerates all but the last).
@@ -436,6 +578,7 @@ func (s *sim) injectFaults() {
 			s.res.Crashes++
 			victim.downUntil = s.now + int64(20+s.rng.IntN(200))
 			s.tracef("crash replica %d (%s of view %d); restarts at t=%d", victim.id, victim.core.Role(), victim.core.View(), victim.downUntil)
+			s.harvest(victim)
 			victim.core = nil
 			if s.opts.Durability == seq.Memory {
 				victim.wal, victim.fullWAL = nil, nil
@@ -499,6 +642,7 @@ func (s *sim) forcedFault() {
 			s.res.Crashes++
 			victim.downUntil = s.now + int64(20+s.rng.IntN(200))
 			s.tracef("crash replica %d (%s of view %d); restarts at t=%d", victim.id, victim.core.Role(), victim.core.View(), victim.downUntil)
+			s.harvest(victim)
 			victim.core = nil
 			if s.opts.Durability == seq.Memory {
 				victim.wal, victim.fullWAL = nil, nil
@@ -654,6 +798,10 @@ func (s *sim) stepNode(env msg.Envelope) {
 			s.res.Busy++
 		}
 		c := s.clients[env.To-clientBase]
+		if c.quiet() {
+			s.net.dropped++ // a stalled process: its link drops what it cannot take
+			return
+		}
 		c.core.Step(env)
 		if !s.deferReady(env.To) {
 			s.processClient(c)
@@ -720,6 +868,9 @@ func (s *sim) tickAll() {
 		}
 	}
 	for _, c := range s.clients {
+		if c.quiet() {
+			continue
+		}
 		c.core.Tick()
 		s.processClient(c)
 	}
@@ -809,8 +960,15 @@ func (s *sim) processClient(c *clientSlot) {
 		switch cp.Kind {
 		case clientcore.CompleteAppend:
 			if i, ok := c.inflight[cp.ID]; ok {
-				s.history[i].ret = s.event
 				delete(c.inflight, cp.ID)
+				if cp.Unknown {
+					// Stored at most once, maybe not at all: the history
+					// keeps it pending (the final log may or may not hold
+					// it, once).
+					s.tracef("client %d: append %v outcome unknown", c.id, cp.ID)
+					continue
+				}
+				s.history[i].ret = s.event
 				s.res.Acked++
 			}
 		case clientcore.CompleteRead:
@@ -861,10 +1019,26 @@ func (s *sim) processClient(c *clientSlot) {
 
 func (s *sim) workload() {
 	for ci, c := range s.clients {
-		if s.rng.IntN(6) == 0 && c.issued < s.opts.AppendsPerClient && len(c.inflight) < s.opts.Window {
+		if c.quiet() || c.startAt > s.now {
+			continue
+		}
+		if ci >= s.opts.Clients {
+			// A short-lived client: appends its few records, no reads.
+			if c.issued < c.budget && s.drng.IntN(6) == 0 {
+				c.issued++
+				s.res.Appends++
+				id := c.core.Append(fmt.Appendf(nil, "c%d-%d", c.id, c.issued))
+				s.event++
+				c.inflight[id] = len(s.history)
+				s.history = append(s.history, op{kind: opAppend, client: ci, id: id, call: s.event})
+			}
+			s.processClient(c)
+			continue
+		}
+		if s.rng.IntN(6) == 0 && c.issued < c.budget && len(c.inflight) < s.opts.Window {
 			n := 1 + s.rng.IntN(3)
 			for range n {
-				if c.issued >= s.opts.AppendsPerClient || len(c.inflight) >= s.opts.Window {
+				if c.issued >= c.budget || len(c.inflight) >= s.opts.Window {
 					break
 				}
 				c.issued++

@@ -36,13 +36,16 @@ import (
 // one's.
 //
 // The window of each client id in the log is a high-water mark and the ids
-// seen above it, so a session's sequence numbers must be dense from 1: the
-// client library numbers its commands 1, 2, 3, ... and a resumed session
-// continues its numbering. A command the server refuses (rate-limited, or
-// refused while draining) is never appended and leaves a hole below which
-// the mark stops; every later command of that session then stays in the
-// window above it. Well-behaved clients (within MaxCommandRate) leave no
-// holes.
+// seen above it, and the log's replicas take an id only if it is less than
+// 16 above the mark, so a session's sequence numbers must be dense from 1:
+// the client library numbers its commands 1, 2, 3, ... and a resumed
+// session continues its numbering. A command the server refuses
+// (rate-limited, busy, or refused while draining) is never appended and
+// leaves a hole below which the mark stops; the server closes it with the
+// session's floor, declared with each later append (floor.go,
+// FloorAppender): every command of the connection below it is stored or
+// refused. An appender without floors (replay.MemLog keeps no window)
+// leaves the holes.
 const (
 	// PlayerClientTag marks the client ids of player sessions (bits 63..61
 	// = 100).

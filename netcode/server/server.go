@@ -252,6 +252,8 @@ type session struct {
 	resMu    sync.Mutex
 	results  []wire.CommandResult
 	resReady chan struct{}
+	// floor is the session's dedup floor (floor.go).
+	floor sessionFloor
 }
 
 // New opens the player endpoint.
@@ -587,12 +589,14 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 		case v.Append == nil && v.Refusal == 0 && !v.Accepted:
 			continue // nothing to do (a stale state acknowledgement)
 		case !v.Accepted:
+			sess.floor.receive(v.Command.Seq, true)
 			s.metrics.commands.WithLabelValues("rate_limited").Inc()
 			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: v.Refusal}))
 			continue
 		}
 		if s.cfg.Storing != nil {
 			if err := s.cfg.Storing(); err != nil {
+				sess.floor.receive(v.Command.Seq, true)
 				s.metrics.commands.WithLabelValues("busy").Inc()
 				sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: wire.AckBusy}))
 				continue
@@ -603,6 +607,9 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 		// sees this command or this command sees draining.
 		s.inflight.Add(1)
 		if s.draining.Load() {
+			// Not settled: the server is going away, and the refusal
+			// may not reach the player, who then resends it elsewhere.
+			sess.floor.receive(v.Command.Seq, false)
 			s.inflight.Add(-1)
 			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: wire.AckInvalid}))
 			continue
@@ -614,13 +621,21 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 			return cctx.Err()
 		}
 		sess.pending.Add(1)
-		s.submit(appendJob{ctx: cctx, sess: sess, seq: v.Command.Seq, env: v.Append, received: received})
+		floor := sess.floor.receive(v.Command.Seq, false)
+		s.submit(appendJob{ctx: cctx, sess: sess, seq: v.Command.Seq, floor: floor, env: v.Append, received: received})
 	}
 }
 
 // submit hands an accepted command to the log: at once to an
 // AsyncAppender, else to the append workers' queue.
 func (s *Server) submit(j appendJob) {
+	id := CommandID(j.sess.claims.PlayerID, j.sess.id, j.seq)
+	if f, ok := s.cfg.Log.(FloorAppender); ok {
+		if err := f.AppendWithFloorAsync(j.ctx, id, j.floor, j.env, func(err error) { s.appended(j, err) }); err != nil {
+			s.appended(j, err)
+		}
+		return
+	}
 	a, ok := s.cfg.Log.(AsyncAppender)
 	if !ok {
 		s.queue.push(j)
@@ -629,7 +644,7 @@ func (s *Server) submit(j appendJob) {
 	// A resent command (after a reconnection, or to a restarted server)
 	// has the id it had the first time: the log stores it once and
 	// returns as for the first append.
-	if err := a.AppendWithIDAsync(j.ctx, CommandID(j.sess.claims.PlayerID, j.sess.id, j.seq), j.env,
+	if err := a.AppendWithIDAsync(j.ctx, id, j.env,
 		func(err error) { s.appended(j, err) }); err != nil {
 		s.appended(j, err)
 	}
@@ -640,6 +655,7 @@ type appendJob struct {
 	ctx      context.Context // the session's intake: a job of a closed session is given up
 	sess     *session
 	seq      uint64
+	floor    uint64 // the session's floor when it was received (floor.go)
 	env      []byte
 	received time.Time
 }
@@ -729,6 +745,7 @@ func (s *Server) appended(j appendJob, err error) {
 		s.metrics.failed.Inc()
 		<-j.sess.slots
 	} else {
+		j.sess.floor.stored(j.seq)
 		s.metrics.stored.Inc()
 		s.metrics.ackDelay.Observe(s.cfg.Now().Sub(j.received).Seconds())
 		j.sess.queueResult(wire.CommandResult{Seq: j.seq, Status: s.cfg.Durability.AckStatus()})

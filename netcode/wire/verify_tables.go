@@ -188,9 +188,10 @@ func verifyRecordIDs(t Table, id int) error {
 	return err
 }
 
-// verifyAppend verifies Append { view: ulong; records: [Record] }.
+// verifyAppend verifies Append { view: ulong; records: [Record];
+// floors: [RecordID] }.
 func verifyAppend(t Table) error {
-	if err := t.Field(0, 8, 8); err != nil {
+	if err := firstError(t.Field(0, 8, 8), verifyRecordIDs(t, 2)); err != nil {
 		return err
 	}
 	const id = 1
@@ -252,9 +253,10 @@ func verifyTailResp(t Table) error {
 	return firstError(t.Field(0, 8, 8), t.Field(1, 1, 1), t.Field(2, 8, 8), t.Field(3, 8, 8), t.Field(4, 8, 8))
 }
 
-// verifyClientMark verifies ClientMark { client, mark: ulong; above: [ulong] }.
+// verifyClientMark verifies ClientMark { client, mark: ulong; above: [ulong];
+// view: ulong }.
 func verifyClientMark(t Table) error {
-	return firstError(t.Field(0, 8, 8), t.Field(1, 8, 8), vector(t, 2, 8))
+	return firstError(t.Field(0, 8, 8), t.Field(1, 8, 8), vector(t, 2, 8), t.Field(3, 8, 8))
 }
 
 // verifyViewChange verifies ViewChange { epoch: ulong; flusher: uint;

@@ -22,7 +22,7 @@ func SampleRecord(n uint64) msg.ViewRecord {
 		Leader:  1,
 		StartGP: 1000 * n,
 		Dedup: []msg.ClientMark{
-			{Client: 7, Mark: 100 + n, Above: []uint64{102 + n, 105 + n}},
+			{Client: 7, Mark: 100 + n, Above: []uint64{102 + n, 105 + n}, View: n},
 			{Client: 1 << 40, Mark: n},
 		},
 	}

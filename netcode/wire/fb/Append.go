@@ -65,8 +65,27 @@ func (rcv *Append) RecordsLength() int {
 	return 0
 }
 
+func (rcv *Append) Floors(obj *RecordID, j int) bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(8))
+	if o != 0 {
+		x := rcv._tab.Vector(o)
+		x += flatbuffers.UOffsetT(j) * 16
+		obj.Init(rcv._tab.Bytes, x)
+		return true
+	}
+	return false
+}
+
+func (rcv *Append) FloorsLength() int {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(8))
+	if o != 0 {
+		return rcv._tab.VectorLen(o)
+	}
+	return 0
+}
+
 func AppendStart(builder *flatbuffers.Builder) {
-	builder.StartObject(2)
+	builder.StartObject(3)
 }
 func AppendAddView(builder *flatbuffers.Builder, view uint64) {
 	builder.PrependUint64Slot(0, view, 0)
@@ -76,6 +95,12 @@ func AppendAddRecords(builder *flatbuffers.Builder, records flatbuffers.UOffsetT
 }
 func AppendStartRecordsVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(4, numElems, 4)
+}
+func AppendAddFloors(builder *flatbuffers.Builder, floors flatbuffers.UOffsetT) {
+	builder.PrependUOffsetTSlot(2, flatbuffers.UOffsetT(floors), 0)
+}
+func AppendStartFloorsVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
+	return builder.StartVector(16, numElems, 8)
 }
 func AppendEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

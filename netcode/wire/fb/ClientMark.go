@@ -83,8 +83,20 @@ func (rcv *ClientMark) MutateAbove(j int, n uint64) bool {
 	return false
 }
 
+func (rcv *ClientMark) View() uint64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(10))
+	if o != 0 {
+		return rcv._tab.GetUint64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *ClientMark) MutateView(n uint64) bool {
+	return rcv._tab.MutateUint64Slot(10, n)
+}
+
 func ClientMarkStart(builder *flatbuffers.Builder) {
-	builder.StartObject(3)
+	builder.StartObject(4)
 }
 func ClientMarkAddClient(builder *flatbuffers.Builder, client uint64) {
 	builder.PrependUint64Slot(0, client, 0)
@@ -97,6 +109,9 @@ func ClientMarkAddAbove(builder *flatbuffers.Builder, above flatbuffers.UOffsetT
 }
 func ClientMarkStartAboveVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(8, numElems, 8)
+}
+func ClientMarkAddView(builder *flatbuffers.Builder, view uint64) {
+	builder.PrependUint64Slot(3, view, 0)
 }
 func ClientMarkEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

@@ -421,8 +421,17 @@ func (c *Client) Send(cmd wire.GameCommand) (uint64, error) {
 	} else {
 		c.nextSeq = max(c.nextSeq, cmd.Seq)
 	}
-	frame := wire.EncodeGameCommand(nil, cmd)
 	c.pmu.Lock()
+	if cmd.Settled == 0 {
+		// Every command below the lowest one without a verdict has its
+		// verdict here: the server's dedup floor may pass those (and only
+		// those), since none of them is ever sent again.
+		cmd.Settled = cmd.Seq
+		for s := range c.pending {
+			cmd.Settled = min(cmd.Settled, s)
+		}
+	}
+	frame := wire.EncodeGameCommand(nil, cmd)
 	c.pending[cmd.Seq] = frame
 	c.pmu.Unlock()
 	if c.link == nil {

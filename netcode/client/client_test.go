@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/anoptic/broadside/netcode/wire"
 )
 
 // TestBackoff checks the reconnection backoff: doubling from MinBackoff,
@@ -28,5 +30,40 @@ func TestBackoff(t *testing.T) {
 	z.defaults(9)
 	if z.MinBackoff != 50*time.Millisecond || z.MaxBackoff != 2*time.Second || z.Rand == nil {
 		t.Fatalf("defaults %+v", z)
+	}
+}
+
+// TestSendSaysWhatIsSettled: each command carries the lowest sequence
+// number without a verdict (GameCommand.Settled), so the server's dedup
+// floor never passes a command the client may send again.
+func TestSendSaysWhatIsSettled(t *testing.T) {
+	c := &Client{cfg: Config{Reconnect: Reconnect{Attempts: 1}}, pending: map[uint64][]byte{}}
+	settled := func(seq uint64) uint64 {
+		cmd, err := wire.DecodeGameCommand(c.pending[seq])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmd.Settled
+	}
+	for want, seq := range []uint64{1, 1, 1} { // 1, 2, 3 sent, none answered
+		s, err := c.Send(wire.GameCommand{Kind: wire.CommandRudder})
+		if err != nil || s != uint64(want+1) {
+			t.Fatalf("send: seq %d, %v", s, err)
+		}
+		if got := settled(s); got != seq {
+			t.Fatalf("command %d: settled %d, want %d", s, got, seq)
+		}
+	}
+	delete(c.pending, 1) // 1's verdict arrives, 2's does not
+	delete(c.pending, 3)
+	s, _ := c.Send(wire.GameCommand{Kind: wire.CommandRudder})
+	if got := settled(s); got != 2 {
+		t.Fatalf("command %d: settled %d with 2 still awaiting its verdict, want 2", s, got)
+	}
+	delete(c.pending, 2)
+	delete(c.pending, 4)
+	s, _ = c.Send(wire.GameCommand{Kind: wire.CommandRudder})
+	if got := settled(s); got != s {
+		t.Fatalf("command %d: settled %d with nothing else pending, want %d", s, got, s)
 	}
 }

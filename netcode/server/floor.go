@@ -37,11 +37,13 @@ type sessionFloor struct {
 	started bool
 	last    uint64          // the highest sequence number received
 	open    map[uint64]bool // received, appended, not yet stored
+	settled uint64          // the highest GameCommand.Settled received (0: none)
 }
 
-// receive notes seq, received on the connection, and returns the floor to
-// declare with it when it is appended (refused is false).
-func (f *sessionFloor) receive(seq uint64, refused bool) uint64 {
+// receive notes seq, received on the connection with the client's
+// settled (GameCommand.Settled), and returns the floor to declare with it
+// when it is appended (refused is false).
+func (f *sessionFloor) receive(seq uint64, refused bool, settled uint64) uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.started {
@@ -49,6 +51,7 @@ func (f *sessionFloor) receive(seq uint64, refused bool) uint64 {
 		f.open = make(map[uint64]bool)
 	}
 	f.last = max(f.last, seq)
+	f.settled = max(f.settled, settled)
 	if !refused {
 		f.open[seq] = true
 	}
@@ -63,11 +66,14 @@ func (f *sessionFloor) stored(seq uint64) {
 }
 
 // floorLocked is the lowest open sequence number, or the one after the
-// last received; never above upTo.
+// last received; never above upTo, nor above what the client has settled.
 func (f *sessionFloor) floorLocked(upTo uint64) uint64 {
 	fl := f.last + 1
 	for s := range f.open {
 		fl = min(fl, s)
+	}
+	if f.settled != 0 {
+		fl = min(fl, f.settled)
 	}
 	return min(fl, upTo)
 }

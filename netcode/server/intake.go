@@ -163,7 +163,13 @@ func (in *Intake) Frame(frame []byte, now time.Time) Verdict {
 		return Verdict{Command: cmd, Refusal: wire.AckRateLimited}
 	}
 	// The envelope carries the command's canonical encoding (the same
-	// fields the client sent), stamped with the authenticated player.
+	// fields the client sent, but Settled: what the client holds is no
+	// part of the game), stamped with the authenticated player.
+	if cmd.Settled != 0 {
+		game := cmd
+		game.Settled = 0
+		canon = wire.EncodeGameCommand(canon[:0], game)
+	}
 	env := wire.EncodeEnvelope(nil, wire.Envelope{
 		Kind:      wire.EnvelopePlayerCommand,
 		Player:    in.player,

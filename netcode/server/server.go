@@ -589,14 +589,14 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 		case v.Append == nil && v.Refusal == 0 && !v.Accepted:
 			continue // nothing to do (a stale state acknowledgement)
 		case !v.Accepted:
-			sess.floor.receive(v.Command.Seq, true)
+			sess.floor.receive(v.Command.Seq, true, v.Command.Settled)
 			s.metrics.commands.WithLabelValues("rate_limited").Inc()
 			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: v.Refusal}))
 			continue
 		}
 		if s.cfg.Storing != nil {
 			if err := s.cfg.Storing(); err != nil {
-				sess.floor.receive(v.Command.Seq, true)
+				sess.floor.receive(v.Command.Seq, true, v.Command.Settled)
 				s.metrics.commands.WithLabelValues("busy").Inc()
 				sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: wire.AckBusy}))
 				continue
@@ -609,7 +609,7 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 		if s.draining.Load() {
 			// Not settled: the server is going away, and the refusal
 			// may not reach the player, who then resends it elsewhere.
-			sess.floor.receive(v.Command.Seq, false)
+			sess.floor.receive(v.Command.Seq, false, v.Command.Settled)
 			s.inflight.Add(-1)
 			sess.st.WriteFrame(wire.EncodeSession(nil, wire.CommandResult{Seq: v.Command.Seq, Status: wire.AckInvalid}))
 			continue
@@ -621,7 +621,7 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 			return cctx.Err()
 		}
 		sess.pending.Add(1)
-		floor := sess.floor.receive(v.Command.Seq, false)
+		floor := sess.floor.receive(v.Command.Seq, false, v.Command.Settled)
 		s.submit(appendJob{ctx: cctx, sess: sess, seq: v.Command.Seq, floor: floor, env: v.Append, received: received})
 	}
 }

@@ -49,6 +49,10 @@ type GameCommand struct {
 	// Player is optional; when set it must be the sender's own id (the
 	// server never trusts it otherwise).
 	Player uint32
+	// Settled, when not 0, says that every command of the session below it
+	// has its verdict at the client, which will not send it again. It
+	// bounds the session's dedup floor; the log never stores it.
+	Settled uint64
 }
 
 // EncodeGameCommand appends the encoding of c to dst and returns the
@@ -59,6 +63,7 @@ func EncodeGameCommand(dst []byte, c GameCommand) []byte {
 	fb.GameCommandAddSeq(b, c.Seq)
 	fb.GameCommandAddAckTick(b, c.AckTick)
 	fb.GameCommandAddPlayer(b, c.Player)
+	fb.GameCommandAddSettled(b, c.Settled)
 	fb.GameCommandAddValue(b, c.Value)
 	fb.GameCommandAddKind(b, fb.CommandKind(c.Kind))
 	fb.GameCommandAddSide(b, c.Side)
@@ -82,6 +87,7 @@ func DecodeGameCommand(b []byte) (GameCommand, error) {
 		Side:    t.Side(),
 		AckTick: t.AckTick(),
 		Player:  t.Player(),
+		Settled: t.Settled(),
 	}
 	if !c.Kind.Valid() {
 		return GameCommand{}, fmt.Errorf("wire: GameCommand: field 1: unknown kind %d: %w", c.Kind, ErrMalformed)

@@ -30,6 +30,7 @@ var gameCommandCases = []GameCommand{
 	{Seq: 4, Kind: CommandJoin},
 	{Seq: 5, Kind: CommandAck, AckTick: 12345},
 	{Seq: 6, Kind: CommandFire, Side: 1, Player: 77},
+	{Seq: 9, Kind: CommandRudder, Value: 4, Settled: 7},
 	{Seq: math.MaxUint64, Kind: CommandAck, Value: math.MinInt32, Side: math.MinInt8, AckTick: math.MaxUint64},
 }
 

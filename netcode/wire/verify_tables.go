@@ -76,6 +76,7 @@ func VerifyGameCommand(buf []byte) error {
 			t.Field(3, 1, 1), // side
 			t.Field(4, 8, 8), // ack_tick
 			t.Field(5, 4, 4), // player
+			t.Field(6, 8, 8), // settled
 		)
 	}
 	if err != nil {

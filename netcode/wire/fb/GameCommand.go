@@ -105,8 +105,20 @@ func (rcv *GameCommand) MutatePlayer(n uint32) bool {
 	return rcv._tab.MutateUint32Slot(14, n)
 }
 
+func (rcv *GameCommand) Settled() uint64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(16))
+	if o != 0 {
+		return rcv._tab.GetUint64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *GameCommand) MutateSettled(n uint64) bool {
+	return rcv._tab.MutateUint64Slot(16, n)
+}
+
 func GameCommandStart(builder *flatbuffers.Builder) {
-	builder.StartObject(6)
+	builder.StartObject(7)
 }
 func GameCommandAddSeq(builder *flatbuffers.Builder, seq uint64) {
 	builder.PrependUint64Slot(0, seq, 0)
@@ -125,6 +137,9 @@ func GameCommandAddAckTick(builder *flatbuffers.Builder, ackTick uint64) {
 }
 func GameCommandAddPlayer(builder *flatbuffers.Builder, player uint32) {
 	builder.PrependUint32Slot(5, player, 0)
+}
+func GameCommandAddSettled(builder *flatbuffers.Builder, settled uint64) {
+	builder.PrependUint64Slot(6, settled, 0)
 }
 func GameCommandEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

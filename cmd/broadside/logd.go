@@ -31,6 +31,7 @@ type logdFlags struct {
 	metricsAddr   string
 	suspect       int
 	noCrashDetect bool
+	maxClients    int
 	shardStore    string
 	shardReps     int
 	coordReps     int
@@ -127,6 +128,7 @@ for every NATS connection of the node.`,
 	f.StringVar(&o.embeddedNATS, "embedded-nats", "", "start a nats-server in this process on HOST:PORT and use it as the coordinator")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /debug/pprof on this address")
 	f.IntVar(&o.suspect, "suspect-ticks", 20, "ticks of silence before a peer is considered failed")
+	f.IntVar(&o.maxClients, "max-clients", 0, "log clients (each player session of a game server is one) whose dedup marks a sequencing replica keeps within their lease; a full table refuses a new one busy (0: 4096; at most 5825, what a view record holds)")
 	f.BoolVar(&o.noCrashDetect, "no-crash-detect", false, "do not hold TCP liveness connections to the other sequencing replicas (on the TCP port numbered like each one's UDP port): a peer's crash is then noticed only after --suspect-ticks of silence")
 	f.StringVar(&o.shardStore, "shard-store", "pebble", "where a shard keeps its entries: pebble (local, under --data) or jetstream (a NATS JetStream stream)")
 	f.IntVar(&o.shardReps, "shard-replicas", 3, "replicas of the shard's JetStream stream when this node creates it (--shard-store jetstream)")
@@ -180,7 +182,7 @@ func runLogd(ctx context.Context, o logdFlags) error {
 		Role: logd.Role(o.role), ID: self, Peers: peers, StripeUnit: o.cf.stripeUnit, Listen: o.listen, DataDir: o.dataDir,
 		ServerTLS: server, ClientTLS: client, CoordURL: o.cf.coordURL, EmbeddedNATS: o.embeddedNATS,
 		ClusterName: o.cf.clusterName, CoordReplicas: o.coordReps, NATS: connOpts,
-		NoCrashDetect: o.noCrashDetect, Durability: d, SuspectTicks: o.suspect, Tick: o.cf.tick, ShardStore: o.shardStore, ShardReplicas: o.shardReps,
+		NoCrashDetect: o.noCrashDetect, MaxClients: o.maxClients, Durability: d, SuspectTicks: o.suspect, Tick: o.cf.tick, ShardStore: o.shardStore, ShardReplicas: o.shardReps,
 		Registry: reg, Logger: log,
 	})
 }

@@ -87,6 +87,10 @@ type Options struct {
 	// SuspectTicks). Firewalls must pass that TCP port, or peers fall
 	// back to the silence timeout.
 	NoCrashDetect bool
+	// MaxClients caps the log clients a sequencing replica keeps dedup
+	// marks for (seq.Config.MaxClients; 0: the default, 4,096). Every
+	// player session of a game server is one.
+	MaxClients int
 	// Durability, SuspectTicks and Tick configure a sequencing replica.
 	Durability   seq.Durability
 	SuspectTicks int
@@ -243,7 +247,7 @@ func (n nodeEnv) runSeq(ctx context.Context, co coord.Coordinator) error {
 	defer w.Close()
 	metrics := node.NewSeqMetrics(n.o.Registry)
 	return node.RunSeq(ctx, node.SeqConfig{
-		Core:        seq.Config{ID: n.o.ID, Layout: n.layout, Replicas: n.replicas, Durability: n.o.Durability, SuspectTicks: n.o.SuspectTicks},
+		Core:        seq.Config{ID: n.o.ID, Layout: n.layout, Replicas: n.replicas, Durability: n.o.Durability, SuspectTicks: n.o.SuspectTicks, MaxClients: n.o.MaxClients},
 		Timing:      node.Timing{Tick: n.o.Tick},
 		Coordinator: co, WAL: w, Transport: n.mesh, Inbox: n.inbox, Logger: n.o.Logger,
 		Observe: metrics.Observe,

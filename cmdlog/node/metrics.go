@@ -15,6 +15,30 @@ type SeqMetrics struct {
 	batches, records, viewChanges                       prometheus.Counter
 	batchSize                                           prometheus.Histogram
 	lastBatches, lastRecords, lastViewChanges           uint64
+	// counts follow the replica's own counters (seqCounters), by delta.
+	counts []followed
+}
+
+// followed is a Prometheus counter that follows one of the replica's
+// monotonic counters.
+type followed struct {
+	c    prometheus.Counter
+	read func(*seq.Replica) uint64
+	last uint64
+}
+
+// seqCounters are the replica's refusal and dedup counters, exported as
+// broadside_seq_<name>.
+var seqCounters = []struct {
+	name, help string
+	read       func(*seq.Replica) uint64
+}{
+	{"busy_rejects_total", "Appends refused busy: the unordered log's byte budget (MaxHeldBytes), a full dedup table or ids beyond the dedup window.", (*seq.Replica).BusyRejects},
+	{"admission_rejects_total", "Appends of clients new to a full dedup table (MaxClients) refused busy.", (*seq.Replica).AdmitRejects},
+	{"floor_raises_total", "Clients' dedup marks raised to a floor their producer declared.", (*seq.Replica).FloorRaises},
+	{"lease_rolls_total", "View changes this leader started with the same members so that dedup leases expire (a full table refused a new client).", (*seq.Replica).Rolls},
+	{"refused_messages_total", "Messages refused because their sender's role or membership does not allow them.", (*seq.Replica).Refused},
+	{"peer_gone_total", "Crash reports of a member's liveness connection that started a view change.", (*seq.Replica).PeerGoneActed},
 }
 
 // NewSeqMetrics registers a replica's metrics on reg.
@@ -44,6 +68,9 @@ func NewSeqMetrics(reg prometheus.Registerer) *SeqMetrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 	}
 	reg.MustRegister(m.batchSize)
+	for _, sc := range seqCounters {
+		m.counts = append(m.counts, followed{c: c(sc.name, sc.help), read: sc.read})
+	}
 	return m
 }
 
@@ -70,6 +97,13 @@ func (m *SeqMetrics) Observe(r *seq.Replica) {
 		m.viewChanges.Add(float64(vc - m.lastViewChanges))
 	}
 	m.lastBatches, m.lastRecords, m.lastViewChanges = b, rec, vc
+	for i := range m.counts {
+		f := &m.counts[i]
+		if v := f.read(r); v > f.last {
+			f.c.Add(float64(v - f.last))
+			f.last = v
+		}
+	}
 }
 
 // ShardMetrics exports a shard's state to Prometheus.

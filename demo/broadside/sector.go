@@ -164,6 +164,8 @@ type Sector struct {
 	// hot caches, per ball slot, what flyBalls reads every tick; derived
 	// from the balls table (written with each ball, rebuilt by Restored).
 	hot []ballHot
+	// sleep holds the balls flyBalls need not visit (sleep.go).
+	sleep sleeper
 
 	outBuf  []byte
 	outEnds []int
@@ -264,6 +266,7 @@ func (s *Sector) Step(tick uint64, cmds []replay.Command, rec lineage.Recorder) 
 	}
 	s.sailShips(rec)
 	s.buildGrid()
+	s.prepareSleep()
 	s.flyBalls(rec)
 	s.hash = s.set.Hash()
 	return s.outputs()
@@ -668,6 +671,7 @@ func (s *Sector) cacheBall(i int) {
 	if i >= len(s.hot) {
 		s.hot = append(s.hot, make([]ballHot, max(i+1, s.balls.Slots())-len(s.hot))...)
 	}
+	s.sleep.awaken(i)
 	r := s.balls.Row(i)
 	h := &s.hot[i]
 	*h = ballHot{x0: r.I32(blX0), y0: r.I32(blY0), vx: r.I32(blVX), vy: r.I32(blVY), spawn: r.U64(blSpawn)}
@@ -745,11 +749,12 @@ type flight struct {
 func (s *Sector) flyBalls(rec lineage.Recorder) {
 	t := s.tick
 	s.flights, s.touches = s.flights[:0], s.touches[:0]
-	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
+	for i := s.balls.NextLiveExcept(0, s.sleep.asleep); i >= 0; i = s.balls.NextLiveExcept(i+1, s.sleep.asleep) {
 		if h := s.hotBall(i); h != nil && t >= h.quiet && t <= h.last {
 			x, y := h.at(t)
 			ax, ay := x-int64(h.vx), y-int64(h.vy)
 			if !s.grid.mayTouch(ax, ay, x, y) {
+				s.trySleep(i, h, t)
 				continue
 			}
 			r := s.balls.Row(i)
@@ -960,6 +965,7 @@ func (s *Sector) Restored() error {
 	}
 	s.playerSlots = slots
 	s.hot = s.hot[:0]
+	s.sleep.reset()
 	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
 		s.cacheBall(i)
 	}

@@ -1,0 +1,222 @@
+package broadside
+
+import "math/bits"
+
+// Sleeping cannonballs. Most balls in flight are far from every ship:
+// flyBalls tests each one every tick, and for nine in ten the prefilter
+// (grid.mayTouch) answers that its path touches no ship. A ball that is
+// that far from every ship stays so for a few ticks, since ships are slow,
+// so the sector lets it sleep: flyBalls does not visit it until it wakes.
+// Sleeping changes nothing a Step computes, only what it skips; it is not
+// state (not in the tables, not captured), and a restored sector starts
+// with every ball awake.
+//
+// Time is cut into epochs of sleepEpoch ticks. At an epoch's start every
+// ball wakes and every ship is anchored where it is: the fine cells of its
+// box grown by sleepDrift (the way it may make in an epoch at top speed)
+// are marked in far. A ball whose one-tick test finds no ship may sleep
+// through the ticks left to it in the epoch (and in its quiet flight,
+// ballHot.last) if the box of its whole path over them covers no cell of
+// far: every ship that stays within sleepDrift of its anchor has, at each
+// of those ticks, its box inside its anchored box, so mayTouch would have
+// been false at each of them.
+//
+// A ship that does not stay (one that appears, by a join, an arrival or a
+// respawn, or moves faster than assumed: a grounding's push) is caught
+// every tick, after the ships have moved and before the balls fly: it is
+// anchored anew where it is (its box marked in far too) and every sleeping
+// ball whose path box meets its anchored box wakes at once. The soundness
+// of sleeping depends on these checks, not on the game's speed limits,
+// which only make them rare.
+const (
+	sleepEpoch = 8
+	sleepDrift = sleepEpoch * MaxSpeed
+)
+
+// fineBox is a box of fine cells of the grid (inclusive).
+type fineBox struct{ x0, y0, x1, y1 int32 }
+
+func (b *fineBox) overlaps(c *fineBox) bool {
+	return b.x0 <= c.x1 && c.x0 <= b.x1 && b.y0 <= c.y1 && c.y0 <= b.y1
+}
+
+// fineBoxOf returns the fine cells the box x0..x1 × y0..y1 (closed, x0 ≤
+// x1, y0 ≤ y1) overlaps, clamped to the grid (as mark and any).
+func (g *grid) fineBoxOf(x0, y0, x1, y1 int64) fineBox {
+	cx0, cy0 := g.fineXY(x0, y0)
+	cx1, cy1 := g.fineXY(x1, y1)
+	return fineBox{int32(cx0), int32(cy0), int32(cx1), int32(cy1)}
+}
+
+func (g *grid) markBox(bits []uint64, b fineBox) {
+	for cy := int(b.y0); cy <= int(b.y1); cy++ {
+		for c := cy*g.fnx + int(b.x0); c <= cy*g.fnx+int(b.x1); c++ {
+			bits[c>>6] |= 1 << (uint(c) & 63)
+		}
+	}
+}
+
+func (g *grid) anyBox(bits []uint64, b fineBox) bool {
+	for cy := int(b.y0); cy <= int(b.y1); cy++ {
+		for c := cy*g.fnx + int(b.x0); c <= cy*g.fnx+int(b.x1); c++ {
+			if bits[c>>6]&(1<<(uint(c)&63)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sleeper is a sector's sleeping balls and anchored ships (derived, never
+// captured).
+type sleeper struct {
+	off   bool   // never sleep (tests compare against it)
+	on    bool   // an epoch is running
+	epoch uint64 // its first tick
+	last  uint64 // the last tick prepared
+	// far holds the fine cells of the anchored ships' boxes grown by
+	// sleepDrift.
+	far []uint64
+	// Per ship slot: its anchor, valid if its bit of anchored is set.
+	anchX, anchY []int32
+	anchored     []uint64
+	// Per ball slot: asleep, and then the fine cells of its path box.
+	asleep  []uint64
+	box     []fineBox
+	nAsleep int
+	// wake[k] lists the balls that wake at tick epoch+k (entries may be
+	// stale: waking an awake ball does nothing).
+	wake  [sleepEpoch][]int32
+	moved []fineBox // scratch: the boxes anchored anew this tick
+}
+
+func setBit(b []uint64, i int) []uint64 {
+	for i>>6 >= len(b) {
+		b = append(b, 0)
+	}
+	b[i>>6] |= 1 << (uint(i) & 63)
+	return b
+}
+
+func hasBit(b []uint64, i int) bool {
+	return i>>6 < len(b) && b[i>>6]&(1<<(uint(i)&63)) != 0
+}
+
+// awaken wakes ball slot i if it sleeps.
+func (z *sleeper) awaken(i int) {
+	if hasBit(z.asleep, i) {
+		z.asleep[i>>6] &^= 1 << (uint(i) & 63)
+		z.nAsleep--
+	}
+}
+
+// reset wakes every ball and forgets the epoch (after a restore).
+func (z *sleeper) reset() {
+	z.on = false
+	clear(z.asleep)
+	z.nAsleep = 0
+}
+
+// anchor anchors ship slot i at (x, y) and marks its grown box in far.
+func (s *Sector) anchor(i int, x, y int32) fineBox {
+	z := &s.sleep
+	for i >= len(z.anchX) {
+		z.anchX, z.anchY = append(z.anchX, 0), append(z.anchY, 0)
+	}
+	z.anchX[i], z.anchY[i] = x, y
+	z.anchored = setBit(z.anchored, i)
+	const r = ShipRadius + sleepDrift
+	b := s.grid.fineBoxOf(int64(x)-r, int64(y)-r, int64(x)+r, int64(y)+r)
+	s.grid.markBox(z.far, b)
+	return b
+}
+
+// prepareSleep runs after the tick's grid is built (the ships have moved)
+// and before flyBalls: it starts an epoch, or wakes the balls due and
+// those near a ship that left its anchored box.
+func (s *Sector) prepareSleep() {
+	z := &s.sleep
+	if z.off {
+		return
+	}
+	t := s.tick
+	if len(z.far) != len(s.grid.occ) {
+		z.far = make([]uint64, len(s.grid.occ))
+		z.on = false
+	}
+	if !z.on || t != z.last+1 || t >= z.epoch+sleepEpoch {
+		z.on, z.epoch, z.last = true, t, t
+		clear(z.far)
+		clear(z.anchored)
+		clear(z.asleep)
+		z.nAsleep = 0
+		for k := range z.wake {
+			z.wake[k] = z.wake[k][:0]
+		}
+		for k := range s.grid.ships {
+			g := &s.grid.ships[k]
+			s.anchor(int(g.slot), g.x, g.y)
+		}
+		return
+	}
+	z.last = t
+	due := &z.wake[t-z.epoch]
+	for _, i := range *due {
+		z.awaken(int(i))
+	}
+	*due = (*due)[:0]
+	z.moved = z.moved[:0]
+	for k := range s.grid.ships {
+		g := &s.grid.ships[k]
+		i := int(g.slot)
+		if hasBit(z.anchored, i) {
+			if dx, dy := g.x-z.anchX[i], g.y-z.anchY[i]; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {
+				continue
+			}
+		}
+		z.moved = append(z.moved, s.anchor(i, g.x, g.y))
+	}
+	if len(z.moved) == 0 || z.nAsleep == 0 {
+		return
+	}
+	for w, word := range z.asleep {
+		for word != 0 {
+			i := w<<6 | bits.TrailingZeros64(word)
+			word &= word - 1
+			for k := range z.moved {
+				if z.box[i].overlaps(&z.moved[k]) {
+					z.awaken(i)
+					break
+				}
+			}
+		}
+	}
+}
+
+// trySleep puts ball i to sleep after tick t (whose test found no ship)
+// if no anchored ship's box meets its path through the ticks it may sleep.
+func (s *Sector) trySleep(i int, h *ballHot, t uint64) {
+	z := &s.sleep
+	if !z.on {
+		return
+	}
+	end := min(z.epoch+sleepEpoch-1, h.last)
+	if end <= t {
+		return
+	}
+	x0, y0 := h.at(t)
+	x1, y1 := h.at(end)
+	b := s.grid.fineBoxOf(min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+	if s.grid.anyBox(z.far, b) {
+		return
+	}
+	z.asleep = setBit(z.asleep, i)
+	for i >= len(z.box) {
+		z.box = append(z.box, fineBox{})
+	}
+	z.box[i] = b
+	z.nAsleep++
+	if k := end + 1 - z.epoch; k < sleepEpoch {
+		z.wake[k] = append(z.wake[k], int32(i))
+	}
+}

@@ -440,7 +440,7 @@ func (s *Sector) applyMigration(c *replay.Command, rec lineage.Recorder) {
 		r.SetU64(blDeparted, m.departed)
 		r.SetU64(blArrived, s.tick)
 		rec.Command(b.id, c.Pos)
-		s.cacheBall(i)
+		s.cacheBall(i, -1)
 	}
 }
 
@@ -587,7 +587,7 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 		w.SetI32(blVY, mulQ16(v, Sin(aim))+shipVY)
 		w.SetU64(blSpawn, s.tick)
 		w.SetU32(blLifetime, lifetime)
-		s.cacheBall(b)
+		s.cacheBall(b, int32(i))
 		rec.Derived(id, lineage.EntityID(owner))
 	}
 }
@@ -664,17 +664,24 @@ type ballHot struct {
 	x0, y0, vx, vy int32
 	spawn          uint64
 	quiet, last    uint64
+	// owner is the firing ship's id and ownerSlot its ship slot when it
+	// fired (-1: unknown), to find it in the grid: touching skips it, so
+	// the prefilters may too.
+	owner     uint64
+	ownerSlot int32
 }
 
-// cacheBall fills hot[i] from ball i's record.
-func (s *Sector) cacheBall(i int) {
+// cacheBall fills hot[i] from ball i's record; ownerSlot is the ship slot
+// of its owner, if known (-1 otherwise).
+func (s *Sector) cacheBall(i int, ownerSlot int32) {
 	if i >= len(s.hot) {
 		s.hot = append(s.hot, make([]ballHot, max(i+1, s.balls.Slots())-len(s.hot))...)
 	}
 	s.sleep.awaken(i)
 	r := s.balls.Row(i)
 	h := &s.hot[i]
-	*h = ballHot{x0: r.I32(blX0), y0: r.I32(blY0), vx: r.I32(blVX), vy: r.I32(blVY), spawn: r.U64(blSpawn)}
+	*h = ballHot{x0: r.I32(blX0), y0: r.I32(blY0), vx: r.I32(blVX), vy: r.I32(blVY), spawn: r.U64(blSpawn),
+		owner: r.U64(blOwner), ownerSlot: ownerSlot}
 	h.quiet = h.spawn + 1
 	if r.U64(blDeparted) != 0 {
 		h.quiet = max(h.quiet, r.U64(blArrived)+1)
@@ -755,6 +762,10 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 			ax, ay := x-int64(h.vx), y-int64(h.vy)
 			if !s.grid.mayTouch(ax, ay, x, y) {
 				s.trySleep(i, h, t)
+				continue
+			}
+			if own, ok := s.grid.ownerBox(h.ownerSlot, h.owner); ok && !s.grid.mayTouchBut(ax, ay, x, y, &own) {
+				s.trySleep(i, h, t) // near its own ship only
 				continue
 			}
 			r := s.balls.Row(i)
@@ -967,7 +978,7 @@ func (s *Sector) Restored() error {
 	s.hot = s.hot[:0]
 	s.sleep.reset()
 	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
-		s.cacheBall(i)
+		s.cacheBall(i, -1)
 	}
 	s.hash = s.set.Hash()
 	return nil

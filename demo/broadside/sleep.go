@@ -11,7 +11,8 @@ import "math/bits"
 // state (not in the tables, not captured), and a restored sector starts
 // with every ball awake.
 //
-// Time is cut into epochs of sleepEpoch ticks. At an epoch's start every
+// Time is cut into epochs of sleepEpoch ticks (12: in the benchmark
+// world, 8 and 16 let more balls be visited). At an epoch's start every
 // ball wakes and every ship is anchored where it is: the fine cells of its
 // box grown by sleepDrift (the way it may make in an epoch at top speed)
 // are marked in far. A ball whose one-tick test finds no ship may sleep
@@ -29,7 +30,7 @@ import "math/bits"
 // of sleeping depends on these checks, not on the game's speed limits,
 // which only make them rare.
 const (
-	sleepEpoch = 8
+	sleepEpoch = 12
 	sleepDrift = sleepEpoch * MaxSpeed
 )
 
@@ -56,17 +57,6 @@ func (g *grid) markBox(bits []uint64, b fineBox) {
 	}
 }
 
-func (g *grid) anyBox(bits []uint64, b fineBox) bool {
-	for cy := int(b.y0); cy <= int(b.y1); cy++ {
-		for c := cy*g.fnx + int(b.x0); c <= cy*g.fnx+int(b.x1); c++ {
-			if bits[c>>6]&(1<<(uint(c)&63)) != 0 {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // sleeper is a sector's sleeping balls and anchored ships (derived, never
 // captured).
 type sleeper struct {
@@ -77,8 +67,12 @@ type sleeper struct {
 	// far holds the fine cells of the anchored ships' boxes grown by
 	// sleepDrift.
 	far []uint64
-	// Per ship slot: its anchor, valid if its bit of anchored is set.
+	// far2 has the cells of far marked twice or more (grid.anyBut).
+	far2 []uint64
+	// Per ship slot: its anchor and the id of the ship anchored, valid if
+	// its bit of anchored is set.
 	anchX, anchY []int32
+	anchID       []uint64
 	anchored     []uint64
 	// Per ball slot: asleep, and then the fine cells of its path box.
 	asleep  []uint64
@@ -117,18 +111,25 @@ func (z *sleeper) reset() {
 	z.nAsleep = 0
 }
 
-// anchor anchors ship slot i at (x, y) and marks its grown box in far.
-func (s *Sector) anchor(i int, x, y int32) fineBox {
+// anchor anchors ship id, in slot i, at (x, y) and marks its grown box in
+// far.
+func (s *Sector) anchor(i int, id uint64, x, y int32) fineBox {
 	z := &s.sleep
 	for i >= len(z.anchX) {
-		z.anchX, z.anchY = append(z.anchX, 0), append(z.anchY, 0)
+		z.anchX, z.anchY, z.anchID = append(z.anchX, 0), append(z.anchY, 0), append(z.anchID, 0)
 	}
-	z.anchX[i], z.anchY[i] = x, y
+	z.anchX[i], z.anchY[i], z.anchID[i] = x, y, id
 	z.anchored = setBit(z.anchored, i)
-	const r = ShipRadius + sleepDrift
-	b := s.grid.fineBoxOf(int64(x)-r, int64(y)-r, int64(x)+r, int64(y)+r)
-	s.grid.markBox(z.far, b)
+	b := s.anchorBox(x, y)
+	markTwice(s.grid, z.far, z.far2, b)
 	return b
+}
+
+// anchorBox returns the cells of a ship's box anchored at (x, y), grown by
+// sleepDrift.
+func (s *Sector) anchorBox(x, y int32) fineBox {
+	const r = ShipRadius + sleepDrift
+	return s.grid.fineBoxOf(int64(x)-r, int64(y)-r, int64(x)+r, int64(y)+r)
 }
 
 // prepareSleep runs after the tick's grid is built (the ships have moved)
@@ -142,11 +143,13 @@ func (s *Sector) prepareSleep() {
 	t := s.tick
 	if len(z.far) != len(s.grid.occ) {
 		z.far = make([]uint64, len(s.grid.occ))
+		z.far2 = make([]uint64, len(s.grid.occ))
 		z.on = false
 	}
 	if !z.on || t != z.last+1 || t >= z.epoch+sleepEpoch {
 		z.on, z.epoch, z.last = true, t, t
 		clear(z.far)
+		clear(z.far2)
 		clear(z.anchored)
 		clear(z.asleep)
 		z.nAsleep = 0
@@ -155,7 +158,7 @@ func (s *Sector) prepareSleep() {
 		}
 		for k := range s.grid.ships {
 			g := &s.grid.ships[k]
-			s.anchor(int(g.slot), g.x, g.y)
+			s.anchor(int(g.slot), g.id, g.x, g.y)
 		}
 		return
 	}
@@ -169,12 +172,12 @@ func (s *Sector) prepareSleep() {
 	for k := range s.grid.ships {
 		g := &s.grid.ships[k]
 		i := int(g.slot)
-		if hasBit(z.anchored, i) {
+		if hasBit(z.anchored, i) && z.anchID[i] == g.id {
 			if dx, dy := g.x-z.anchX[i], g.y-z.anchY[i]; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {
 				continue
 			}
 		}
-		z.moved = append(z.moved, s.anchor(i, g.x, g.y))
+		z.moved = append(z.moved, s.anchor(i, g.id, g.x, g.y))
 	}
 	if len(z.moved) == 0 || z.nAsleep == 0 {
 		return
@@ -194,7 +197,9 @@ func (s *Sector) prepareSleep() {
 }
 
 // trySleep puts ball i to sleep after tick t (whose test found no ship)
-// if no anchored ship's box meets its path through the ticks it may sleep.
+// if no anchored ship's box but its owner's meets its path through the
+// ticks it may sleep (touching skips the owner; a slot's anchor is the
+// owner's if it holds the owner's id).
 func (s *Sector) trySleep(i int, h *ballHot, t uint64) {
 	z := &s.sleep
 	if !z.on {
@@ -207,7 +212,12 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64) {
 	x0, y0 := h.at(t)
 	x1, y1 := h.at(end)
 	b := s.grid.fineBoxOf(min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
-	if s.grid.anyBox(z.far, b) {
+	var own *fineBox
+	if o := int(h.ownerSlot); o >= 0 && hasBit(z.anchored, o) && z.anchID[o] == h.owner {
+		ob := s.anchorBox(z.anchX[o], z.anchY[o])
+		own = &ob
+	}
+	if s.grid.anyBut(z.far, z.far2, &b, own) {
 		return
 	}
 	z.asleep = setBit(z.asleep, i)

@@ -215,15 +215,43 @@ func markTwice(g *grid, one, two []uint64, b fineBox) {
 // cell of b.
 func (g *grid) anyBut(one, two []uint64, b, own *fineBox) bool {
 	for cy := int(b.y0); cy <= int(b.y1); cy++ {
-		for cx := int(b.x0); cx <= int(b.x1); cx++ {
-			c := cy*g.fnx + cx
-			bit := uint64(1) << (uint(c) & 63)
-			if two[c>>6]&bit != 0 {
+		row := cy * g.fnx
+		if anyRange(two, row+int(b.x0), row+int(b.x1)) {
+			return true
+		}
+		if own == nil || cy < int(own.y0) || cy > int(own.y1) {
+			if anyRange(one, row+int(b.x0), row+int(b.x1)) {
 				return true
 			}
-			if one[c>>6]&bit != 0 && (own == nil || cx < int(own.x0) || cx > int(own.x1) || cy < int(own.y0) || cy > int(own.y1)) {
-				return true
-			}
+			continue
+		}
+		// The cells of the row left and right of own.
+		if anyRange(one, row+int(b.x0), row+min(int(b.x1), int(own.x0)-1)) ||
+			anyRange(one, row+max(int(b.x0), int(own.x1)+1), row+int(b.x1)) {
+			return true
+		}
+	}
+	return false
+}
+
+// anyRange reports whether a bit c0..c1 (inclusive; none if c1 < c0) is
+// set.
+func anyRange(bits []uint64, c0, c1 int) bool {
+	if c1 < c0 {
+		return false
+	}
+	w0, w1 := c0>>6, c1>>6
+	lo := ^uint64(0) << (uint(c0) & 63)
+	hi := ^uint64(0) >> (63 - uint(c1)&63)
+	if w0 == w1 {
+		return bits[w0]&lo&hi != 0
+	}
+	if bits[w0]&lo != 0 || bits[w1]&hi != 0 {
+		return true
+	}
+	for w := w0 + 1; w < w1; w++ {
+		if bits[w] != 0 {
+			return true
 		}
 	}
 	return false

@@ -1,0 +1,88 @@
+package broadside
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/replay/table"
+)
+
+// callLog records a Step's lineage calls in order.
+type callLog struct{ calls []string }
+
+func (c *callLog) Command(e lineage.EntityID, pos uint64) {
+	c.calls = append(c.calls, fmt.Sprintf("C %d %d", e, pos))
+}
+
+func (c *callLog) Derived(e, from lineage.EntityID) {
+	c.calls = append(c.calls, fmt.Sprintf("D %d %d", e, from))
+}
+
+// TestBallSleepSound replays bot battles twice from the same captures, with
+// sleeping cannonballs and without (every ball tested every tick), and
+// requires the same state hash, outputs and lineage calls at every tick of
+// every sector. The worlds are small and crowded, so that ships appear
+// (joins, arrivals, respawns) and run aground while balls sleep.
+func TestBallSleepSound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plays 3 battles")
+	}
+	cases := []struct {
+		cfg   Config
+		ships int
+		ticks int
+	}{
+		{Config{Seed: 3, Width: 3000, Height: 3000, SectorsX: 3, SectorsY: 3, Islands: 20}, 400, 500},
+		{Config{Seed: 4, Width: 2000, Height: 2000, SectorsX: 2, SectorsY: 2, Islands: 30}, 300, 500},
+		{Config{Seed: 5, Width: 1500, Height: 1500, SectorsX: 1, SectorsY: 3, Islands: 8}, 200, 500},
+	}
+	for n, c := range cases {
+		w := newBotWorld(t, c.cfg, c.ships, uint64(n+1), 0)
+		for range 100 {
+			w.step(t, nil)
+		}
+		var caps []*table.SetCapture
+		for _, s := range w.Sectors() {
+			caps = append(caps, s.Tables().CaptureFull())
+		}
+		tp := &tape{cfg: c.cfg, caps: caps}
+		on, off := restoreTape(t, tp), restoreTape(t, tp)
+		for _, s := range off {
+			s.sleep.off = true
+		}
+		slept := 0
+		for k := range c.ticks {
+			cmds := w.step(t, nil)
+			tick := w.Tick()
+			for i := range on {
+				var la, lb callLog
+				oa := on[i].Step(tick, cmds, &la)
+				ob := off[i].Step(tick, cmds, &lb)
+				if on[i].Hash() != off[i].Hash() {
+					t.Fatalf("case %d tick %d (%d after the captures) sector %d: hash %#x sleeping, %#x not", n, tick, k, i, on[i].Hash(), off[i].Hash())
+				}
+				if len(oa) != len(ob) {
+					t.Fatalf("case %d tick %d sector %d: %d outputs sleeping, %d not", n, tick, i, len(oa), len(ob))
+				}
+				for j := range oa {
+					if !slices.Equal(oa[j].Payload, ob[j].Payload) {
+						t.Fatalf("case %d tick %d sector %d: output %d differs", n, tick, i, j)
+					}
+				}
+				if !slices.Equal(la.calls, lb.calls) {
+					t.Fatalf("case %d tick %d sector %d: lineage differs:\n%v\n%v", n, tick, i, la.calls, lb.calls)
+				}
+				slept += on[i].sleep.nAsleep
+				if off[i].sleep.nAsleep != 0 {
+					t.Fatalf("case %d: a ball slept with sleeping off", n)
+				}
+			}
+		}
+		t.Logf("case %d: %d ships, %d sectors: %.0f balls asleep per sector-tick, %d balls at the end", n, c.ships, len(on), float64(slept)/float64(c.ticks*len(on)), w.BallCount())
+		if slept == 0 {
+			t.Fatalf("case %d: no ball ever slept", n)
+		}
+	}
+}

@@ -760,13 +760,14 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 		if h := s.hotBall(i); h != nil && t >= h.quiet && t <= h.last {
 			x, y := h.at(t)
 			ax, ay := x-int64(h.vx), y-int64(h.vy)
+			if s.trySleep(i, h, t, ax, ay) {
+				continue // this tick's path is clear too
+			}
 			if !s.grid.mayTouch(ax, ay, x, y) {
-				s.trySleep(i, h, t)
 				continue
 			}
 			if own, ok := s.grid.ownerBox(h.ownerSlot, h.owner); ok && !s.grid.mayTouchBut(ax, ay, x, y, &own) {
-				s.trySleep(i, h, t) // near its own ship only
-				continue
+				continue // near its own ship only
 			}
 			r := s.balls.Row(i)
 			lo := len(s.touches)

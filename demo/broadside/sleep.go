@@ -20,7 +20,8 @@ import "math/bits"
 // ballHot.last) if the box of its whole path over them covers no cell of
 // far: every ship that stays within sleepDrift of its anchor has, at each
 // of those ticks, its box inside its anchored box, so mayTouch would have
-// been false at each of them.
+// been false at each of them. The path box starts where the ball was the
+// tick before, so a ball that falls asleep needs no test that tick either.
 //
 // A ship that does not stay (one that appears, by a join, an arrival or a
 // respawn, or moves faster than assumed: a grounding's push) is caught
@@ -196,20 +197,22 @@ func (s *Sector) prepareSleep() {
 	}
 }
 
-// trySleep puts ball i to sleep after tick t (whose test found no ship)
-// if no anchored ship's box but its owner's meets its path through the
-// ticks it may sleep (touching skips the owner; a slot's anchor is the
-// owner's if it holds the owner's id).
-func (s *Sector) trySleep(i int, h *ballHot, t uint64) {
+// trySleep puts ball i, in its quiet flight at tick t, to sleep from tick
+// t on if no anchored ship's box but its owner's meets its path from
+// (ax, ay), where it was at t-1, through the ticks it may sleep (touching
+// skips the owner; a slot's anchor is the owner's if it holds the owner's
+// id). It reports whether the ball sleeps: then tick t's test would find
+// no ship either (every ship's box at t is within its anchored box).
+func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 	z := &s.sleep
 	if !z.on {
-		return
+		return false
 	}
 	end := min(z.epoch+sleepEpoch-1, h.last)
 	if end <= t {
-		return
+		return false
 	}
-	x0, y0 := h.at(t)
+	x0, y0 := ax, ay
 	x1, y1 := h.at(end)
 	b := s.grid.fineBoxOf(min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
 	var own *fineBox
@@ -218,7 +221,7 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64) {
 		own = &ob
 	}
 	if s.grid.anyBut(z.far, z.far2, &b, own) {
-		return
+		return false
 	}
 	z.asleep = setBit(z.asleep, i)
 	for i >= len(z.box) {
@@ -229,4 +232,5 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64) {
 	if k := end + 1 - z.epoch; k < sleepEpoch {
 		z.wake[k] = append(z.wake[k], int32(i))
 	}
+	return true
 }

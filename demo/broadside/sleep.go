@@ -221,18 +221,31 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 		ob := s.anchorBox(z.anchX[o], z.anchY[o])
 		own = &ob
 	}
-	var b fineBox
-	for {
+	pathClear := func(end uint64) (fineBox, bool) {
 		x1, y1 := h.at(end)
-		b = s.grid.fineBoxOf(min(ax, x1), min(ay, y1), max(ax, x1), max(ay, y1))
-		if !s.grid.anyBut(z.far, z.far2, &b, own) {
-			break
-		}
-		// A ship is near the path: perhaps not yet near its first half.
+		b := s.grid.fineBoxOf(min(ax, x1), min(ay, y1), max(ax, x1), max(ay, y1))
+		return b, !s.grid.anyBut(z.far, z.far2, &b, own)
+	}
+	b, ok := pathClear(end)
+	if !ok {
+		// A ship is near the path: perhaps not yet near its first half,
+		// or quarter… (a shorter path's box is inside a longer one's: if
+		// the shortest is not clear, none is).
 		if end-t < sleepMin {
 			return false
 		}
-		end = t + (end-t)/2
+		short, ok := pathClear(t + 1)
+		if !ok {
+			return false
+		}
+		for end = t + (end-t)/2; end > t+1; end = t + (end-t)/2 {
+			if b, ok = pathClear(end); ok {
+				break
+			}
+		}
+		if end <= t+1 {
+			end, b = t+1, short
+		}
 	}
 	z.asleep = setBit(z.asleep, i)
 	for i >= len(z.box) {

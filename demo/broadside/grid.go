@@ -201,10 +201,17 @@ func (g *grid) shipBox(x, y int32) fineBox {
 // set in one.
 func markTwice(g *grid, one, two []uint64, b fineBox) {
 	for cy := int(b.y0); cy <= int(b.y1); cy++ {
-		for c := cy*g.fnx + int(b.x0); c <= cy*g.fnx+int(b.x1); c++ {
-			bit := uint64(1) << (uint(c) & 63)
-			two[c>>6] |= one[c>>6] & bit
-			one[c>>6] |= bit
+		c0, c1 := cy*g.fnx+int(b.x0), cy*g.fnx+int(b.x1)
+		for w := c0 >> 6; w <= c1>>6; w++ {
+			m := ^uint64(0)
+			if w == c0>>6 {
+				m &= ^uint64(0) << (uint(c0) & 63)
+			}
+			if w == c1>>6 {
+				m &= ^uint64(0) >> (63 - uint(c1)&63)
+			}
+			two[w] |= one[w] & m
+			one[w] |= m
 		}
 	}
 }

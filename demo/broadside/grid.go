@@ -221,6 +221,14 @@ func markTwice(g *grid, one, two []uint64, b fineBox) {
 // the cells one box marked (or nil), false means no box but own marked a
 // cell of b.
 func (g *grid) anyBut(one, two []uint64, b, own *fineBox) bool {
+	// Most boxes have no cell marked at all (two's bits are in one's).
+	marked := false
+	for cy := int(b.y0); cy <= int(b.y1) && !marked; cy++ {
+		marked = anyRange(one, cy*g.fnx+int(b.x0), cy*g.fnx+int(b.x1))
+	}
+	if !marked {
+		return false
+	}
 	for cy := int(b.y0); cy <= int(b.y1); cy++ {
 		row := cy * g.fnx
 		if anyRange(two, row+int(b.x0), row+int(b.x1)) {

@@ -71,9 +71,9 @@ type sleeper struct {
 	last  uint64 // the last tick prepared
 	// far holds the fine cells of the anchored ships' boxes grown by
 	// sleepDrift.
-	far []uint64
+	far blockBits
 	// far2 has the cells of far marked twice or more (grid.anyBut).
-	far2 []uint64
+	far2 blockBits
 	// Per ship slot: its anchor and the id of the ship anchored, valid if
 	// its bit of anchored is set.
 	anchX, anchY []int32
@@ -126,7 +126,7 @@ func (s *Sector) anchor(i int, id uint64, x, y int32) fineBox {
 	z.anchX[i], z.anchY[i], z.anchID[i] = x, y, id
 	z.anchored = setBit(z.anchored, i)
 	b := s.anchorBox(x, y)
-	markTwice(s.grid, z.far, z.far2, b)
+	markTwiceBlocks(&z.far, &z.far2, b)
 	return b
 }
 
@@ -146,15 +146,14 @@ func (s *Sector) prepareSleep() {
 		return
 	}
 	t := s.tick
-	if len(z.far) != len(s.grid.occ) {
-		z.far = make([]uint64, len(s.grid.occ))
-		z.far2 = make([]uint64, len(s.grid.occ))
+	if z.far.w == nil {
+		z.far, z.far2 = newBlockBits(s.grid), newBlockBits(s.grid)
 		z.on = false
 	}
 	if !z.on || t != z.last+1 || t >= z.epoch+sleepEpoch {
 		z.on, z.epoch, z.last = true, t, t
-		clear(z.far)
-		clear(z.far2)
+		clear(z.far.w)
+		clear(z.far2.w)
 		clear(z.anchored)
 		clear(z.asleep)
 		z.nAsleep = 0
@@ -224,7 +223,7 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 	pathClear := func(end uint64) (fineBox, bool) {
 		x1, y1 := h.at(end)
 		b := s.grid.fineBoxOf(min(ax, x1), min(ay, y1), max(ax, x1), max(ay, y1))
-		return b, !s.grid.anyBut(z.far, z.far2, &b, own)
+		return b, !anyButBlocks(&z.far, &z.far2, &b, own)
 	}
 	b, ok := pathClear(end)
 	if !ok {
@@ -257,4 +256,61 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 		z.wake[k] = append(z.wake[k], int32(i))
 	}
 	return true
+}
+
+// blockBits is a bit per fine cell of the grid laid out in blocks of 8 × 8
+// cells, one word each (bit 8·(y mod 8) + x mod 8 of word (y/8)·nbx + x/8),
+// so that a box of a few cells is tested in one to four words. The sleeper
+// keeps far in it: a sleeping ball's path box spans a few cells each way.
+type blockBits struct {
+	nbx int
+	w   []uint64
+}
+
+func newBlockBits(g *grid) blockBits {
+	nbx, nby := (g.fnx+7)>>3, (g.fny+7)>>3
+	return blockBits{nbx: nbx, w: make([]uint64, nbx*nby)}
+}
+
+// blockMask returns the bits of block (bx, by) that b covers (0 if none).
+func blockMask(b *fineBox, bx, by int32) uint64 {
+	x0, x1 := b.x0-bx<<3, b.x1-bx<<3
+	y0, y1 := b.y0-by<<3, b.y1-by<<3
+	if x1 < 0 || x0 > 7 || y1 < 0 || y0 > 7 {
+		return 0
+	}
+	x0, x1, y0, y1 = max(x0, 0), min(x1, 7), max(y0, 0), min(y1, 7)
+	row := uint64(0xFF<<uint(x0)) & uint64(0xFF>>uint(7-x1))
+	return row * 0x0101010101010101 & (^uint64(0) << (8 * uint(y0))) & (^uint64(0) >> (8 * uint(7-y1)))
+}
+
+// markTwiceBlocks sets b's cells in one, and in two those already set in
+// one (markTwice).
+func markTwiceBlocks(one, two *blockBits, b fineBox) {
+	for by := b.y0 >> 3; by <= b.y1>>3; by++ {
+		for bx := b.x0 >> 3; bx <= b.x1>>3; bx++ {
+			k := int(by)*one.nbx + int(bx)
+			m := blockMask(&b, bx, by)
+			two.w[k] |= one.w[k] & m
+			one.w[k] |= m
+		}
+	}
+}
+
+// anyButBlocks is grid.anyBut over blockBits.
+func anyButBlocks(one, two *blockBits, b, own *fineBox) bool {
+	for by := b.y0 >> 3; by <= b.y1>>3; by++ {
+		for bx := b.x0 >> 3; bx <= b.x1>>3; bx++ {
+			k := int(by)*one.nbx + int(bx)
+			m := blockMask(b, bx, by)
+			hit := one.w[k] & m
+			if hit == 0 {
+				continue
+			}
+			if two.w[k]&m != 0 || own == nil || hit&^blockMask(own, bx, by) != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

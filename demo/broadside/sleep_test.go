@@ -2,6 +2,7 @@ package broadside
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -84,5 +85,56 @@ func TestBallSleepSound(t *testing.T) {
 		if slept == 0 {
 			t.Fatalf("case %d: no ball ever slept", n)
 		}
+	}
+}
+
+// TestBlockBits checks the sleeper's block layout against the grid's
+// linear one: the same boxes marked, the same answers of anyBut for random
+// boxes and owners, at the grid's edges too.
+func TestBlockBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	g := newGrid(Rect{X0: 0, Y0: 0, X1: 4_000_000, Y1: 3_000_000}, 46_000, nil)
+	box := func() fineBox {
+		x0, y0 := int32(rng.IntN(g.fnx)), int32(rng.IntN(g.fny))
+		return fineBox{x0, y0, min(x0+int32(rng.IntN(12)), int32(g.fnx-1)), min(y0+int32(rng.IntN(12)), int32(g.fny-1))}
+	}
+	var agree, marked int
+	for round := range 50 {
+		one, two := make([]uint64, len(g.occ)), make([]uint64, len(g.occ))
+		bone, btwo := newBlockBits(g), newBlockBits(g)
+		var boxes []fineBox
+		for range rng.IntN(400) {
+			b := box()
+			boxes = append(boxes, b)
+			markTwice(g, one, two, b)
+			markTwiceBlocks(&bone, &btwo, b)
+		}
+		for cy := range g.fny {
+			for cx := range g.fnx {
+				c := cy*g.fnx + cx
+				k, bit := (cy>>3)*bone.nbx+cx>>3, uint(cy&7)*8+uint(cx&7)
+				if (one[c>>6]>>(uint(c)&63))&1 != (bone.w[k]>>bit)&1 || (two[c>>6]>>(uint(c)&63))&1 != (btwo.w[k]>>bit)&1 {
+					t.Fatalf("round %d: cell (%d, %d) marked differently", round, cx, cy)
+				}
+			}
+		}
+		for range 2000 {
+			b := box()
+			var own *fineBox
+			if len(boxes) > 0 && rng.IntN(2) == 0 {
+				own = &boxes[rng.IntN(len(boxes))]
+			}
+			lin, blk := g.anyBut(one, two, &b, own), anyButBlocks(&bone, &btwo, &b, own)
+			if lin != blk {
+				t.Fatalf("round %d: anyBut(%v, own %v) = %v linear, %v in blocks", round, b, own, lin, blk)
+			}
+			agree++
+			if lin {
+				marked++
+			}
+		}
+	}
+	if marked == 0 || marked == agree {
+		t.Fatalf("the test exercised too little: %d of %d boxes marked", marked, agree)
 	}
 }

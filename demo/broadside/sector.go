@@ -264,8 +264,7 @@ func (s *Sector) Step(tick uint64, cmds []replay.Command, rec lineage.Recorder) 
 	if n := len(cmds); n > 0 {
 		s.meta.Mut(0).SetU64(metaLastPos, cmds[n-1].Pos)
 	}
-	s.sailShips(rec)
-	s.buildGrid()
+	s.sailShips(rec) // and buckets the ships in the grid
 	s.prepareSleep()
 	s.flyBalls(rec)
 	s.hash = s.set.Hash()
@@ -444,13 +443,22 @@ func (s *Sector) applyMigration(c *replay.Command, rec lineage.Recorder) {
 	}
 }
 
-// sailShips runs every ship's tick: respawn, fire, move, migrate.
+// sailShips runs every ship's tick: respawn, fire, move, migrate. Then
+// it buckets the ship in the grid for the cannonballs' hit tests, where
+// it stands after its tick (a ship's tick moves no other ship, so the
+// grid is the one of all ships after theirs): those afloat, which balls
+// hit, and the wrecks, which balls fly through (the flight then depends
+// on the wreck having sunk, which lineage is told).
 func (s *Sector) sailShips(rec lineage.Recorder) {
+	s.grid.reset()
 	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
 		r := s.ships.Row(i)
 		if r.U8(shSunk) != 0 {
 			if s.tick >= r.U64(shRespawnAt) {
 				s.respawn(i)
+			}
+			if s.ships.Live(i) { // not migrated on respawning
+				s.addToGrid(i)
 			}
 			continue
 		}
@@ -473,8 +481,11 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 		if mv := s.motion.Row(i); !s.owned.Contains(int64(mv.I32(mvX)), int64(mv.I32(mvY))) {
 			x, y := mv.I32(mvX), mv.I32(mvY)
 			s.emigrateShip(i, s.geo.sectorAt(int64(x), int64(y)))
+			continue
 		}
+		s.addToGrid(i)
 	}
+	s.grid.place()
 }
 
 // moveShip applies one tick of the player's controls to ship i: speed,
@@ -634,16 +645,10 @@ func (s *Sector) bumpMigrated() {
 	m.SetU64(metaMigrated, m.U64(metaMigrated)+1)
 }
 
-// buildGrid buckets the ships for the cannonballs' hit tests: those afloat,
-// which balls hit, and the wrecks, which balls fly through (the flight
-// then depends on the wreck having sunk, which lineage is told).
-func (s *Sector) buildGrid() {
-	s.grid.reset()
-	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
-		r, m := s.ships.Row(i), s.motion.Row(i)
-		s.grid.add(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
-	}
-	s.grid.place()
+// addToGrid buckets ship i in the grid as it stands.
+func (s *Sector) addToGrid(i int) {
+	r, m := s.ships.Row(i), s.motion.Row(i)
+	s.grid.add(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
 }
 
 // ballAt returns ball r's position at tick t.

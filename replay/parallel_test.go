@@ -2,7 +2,9 @@ package replay_test
 
 import (
 	"context"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/replay"
@@ -47,5 +49,42 @@ func TestRunParallel(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRunParallelConcurrent checks that two workers run two shards at the
+// same time: the first two runners' observers wait for each other's first
+// tick (a serial replay would wait forever; the test gives up after 10 s).
+func TestRunParallelConcurrent(t *testing.T) {
+	rec := recordWorld(t, broadside.DefaultConfig(), 200, 120)
+	shared := replay.NewVerifiedEntries(rec.entries)
+	started := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var once [2]sync.Once
+	runners := make([]*replay.Runner, rec.cfg.Sectors())
+	for i := range runners {
+		sec, err := broadside.NewSector(rec.cfg, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := replay.RunnerConfig{World: 1, Shard: uint32(i), Sim: sec, Source: shared.Source(1)}
+		if i < 2 {
+			me, other := i, 1-i
+			cfg.Observer = func(replay.TickInfo) {
+				once[me].Do(func() {
+					close(started[me])
+					select {
+					case <-started[other]:
+					case <-time.After(10 * time.Second):
+						t.Errorf("shard %d: shard %d did not run while it waited", me, other)
+					}
+				})
+			}
+		}
+		if runners[i], err = replay.NewRunner(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := replay.RunParallel(context.Background(), runners, rec.ticks, 2, 8); err != nil {
+		t.Fatal(err)
 	}
 }

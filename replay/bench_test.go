@@ -2,6 +2,7 @@ package replay_test
 
 import (
 	"context"
+	"runtime"
 	"testing"
 
 	"github.com/anoptic/broadside/demo/broadside"
@@ -36,7 +37,8 @@ func BenchmarkRunnerReplay(b *testing.B) {
 }
 
 // BenchmarkWorldReplay replays the four shards of the same match in
-// parallel (one goroutine each): the whole world's replay speed.
+// parallel, as bench sim does (replay.RunParallel on GOMAXPROCS workers):
+// the whole world's replay speed.
 func BenchmarkWorldReplay(b *testing.B) {
 	rec := recordWorld(b, broadside.DefaultConfig(), 1000, 400)
 	b.ResetTimer()
@@ -55,14 +57,8 @@ func BenchmarkWorldReplay(b *testing.B) {
 			}
 		}
 		b.StartTimer()
-		errs := make(chan error, len(runners))
-		for _, r := range runners {
-			go func() { errs <- r.Run(context.Background()) }()
-		}
-		for range runners {
-			if err := <-errs; err != nil {
-				b.Fatal(err)
-			}
+		if err := replay.RunParallel(context.Background(), runners, rec.ticks, runtime.GOMAXPROCS(0), 0); err != nil {
+			b.Fatal(err)
 		}
 		ticks += int(rec.ticks)
 	}

@@ -32,7 +32,12 @@ type grid struct {
 	fshift   uint
 	fnx, fny int
 	occ      []uint64
-	isl      []uint64
+	// occ2 has the bits of occ set by two ships or more: a cell of occ
+	// whose occ2 bit is clear was marked by one ship only, so a ball's
+	// test may leave it out if that ship is the ball's owner (touching
+	// skips the owner).
+	occ2 []uint64
+	isl  []uint64
 	// islNear is isl for the islands inflated by ShipRadius, as islandsNear
 	// lists them.
 	islNear []uint64
@@ -40,6 +45,10 @@ type grid struct {
 	// isl (a cell holds 4 × 4 fine cells): a box of cells without any is
 	// known off every island in four reads.
 	islSat []int32
+
+	// slotIdx[slot] is the index in ships of the entry added for the ship
+	// in that slot this tick (stale for ships not added: check it).
+	slotIdx []int32
 }
 
 // gridShip is a ship's entry: what a hit test needs without touching the
@@ -84,6 +93,7 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 	fcell := int64(1) << g.fshift
 	g.fnx, g.fny = int((w+fcell-1)/fcell), int((h+fcell-1)/fcell)
 	g.occ = make([]uint64, (g.fnx*g.fny+63)/64)
+	g.occ2 = make([]uint64, len(g.occ))
 	g.isl = make([]uint64, len(g.occ))
 	g.islNear = make([]uint64, len(g.occ))
 	for _, is := range islands {
@@ -181,6 +191,113 @@ func (g *grid) mayTouch(ax, ay, bx, by int64) bool {
 	return g.any(g.occ, min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
 }
 
+// shipBox returns the fine cells a ship at (x, y) marks in occ: its box,
+// its centre ± ShipRadius.
+func (g *grid) shipBox(x, y int32) fineBox {
+	return g.fineBoxOf(int64(x)-ShipRadius, int64(y)-ShipRadius, int64(x)+ShipRadius, int64(y)+ShipRadius)
+}
+
+// markTwice sets the bits of b's cells in one, and in two those already
+// set in one.
+func markTwice(g *grid, one, two []uint64, b fineBox) {
+	for cy := int(b.y0); cy <= int(b.y1); cy++ {
+		c0, c1 := cy*g.fnx+int(b.x0), cy*g.fnx+int(b.x1)
+		for w := c0 >> 6; w <= c1>>6; w++ {
+			m := ^uint64(0)
+			if w == c0>>6 {
+				m &= ^uint64(0) << (uint(c0) & 63)
+			}
+			if w == c1>>6 {
+				m &= ^uint64(0) >> (63 - uint(c1)&63)
+			}
+			two[w] |= one[w] & m
+			one[w] |= m
+		}
+	}
+}
+
+// anyBut reports whether a cell of b is marked in one by a box other than
+// own: set in two (marked twice), or set in one and outside own. With own
+// the cells one box marked (or nil), false means no box but own marked a
+// cell of b.
+func (g *grid) anyBut(one, two []uint64, b, own *fineBox) bool {
+	// Most boxes have no cell marked at all (two's bits are in one's).
+	marked := false
+	for cy := int(b.y0); cy <= int(b.y1) && !marked; cy++ {
+		marked = anyRange(one, cy*g.fnx+int(b.x0), cy*g.fnx+int(b.x1))
+	}
+	if !marked {
+		return false
+	}
+	for cy := int(b.y0); cy <= int(b.y1); cy++ {
+		row := cy * g.fnx
+		if anyRange(two, row+int(b.x0), row+int(b.x1)) {
+			return true
+		}
+		if own == nil || cy < int(own.y0) || cy > int(own.y1) {
+			if anyRange(one, row+int(b.x0), row+int(b.x1)) {
+				return true
+			}
+			continue
+		}
+		// The cells of the row left and right of own.
+		if anyRange(one, row+int(b.x0), row+min(int(b.x1), int(own.x0)-1)) ||
+			anyRange(one, row+max(int(b.x0), int(own.x1)+1), row+int(b.x1)) {
+			return true
+		}
+	}
+	return false
+}
+
+// anyRange reports whether a bit c0..c1 (inclusive; none if c1 < c0) is
+// set.
+func anyRange(bits []uint64, c0, c1 int) bool {
+	if c1 < c0 {
+		return false
+	}
+	w0, w1 := c0>>6, c1>>6
+	lo := ^uint64(0) << (uint(c0) & 63)
+	hi := ^uint64(0) >> (63 - uint(c1)&63)
+	if w0 == w1 {
+		return bits[w0]&lo&hi != 0
+	}
+	if bits[w0]&lo != 0 || bits[w1]&hi != 0 {
+		return true
+	}
+	for w := w0 + 1; w < w1; w++ {
+		if bits[w] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ownerBox returns the cells ship id, in slot, marked in occ this tick
+// (false if that slot holds no such ship this tick).
+func (g *grid) ownerBox(slot int32, id uint64) (fineBox, bool) {
+	if slot < 0 || int(slot) >= len(g.slotIdx) {
+		return fineBox{}, false
+	}
+	k := g.slotIdx[slot]
+	if int(k) >= len(g.ships) {
+		return fineBox{}, false
+	}
+	if sh := &g.ships[k]; sh.slot == slot && sh.id == id {
+		return g.shipBox(sh.x, sh.y), true
+	}
+	return fineBox{}, false
+}
+
+// mayTouchBut is mayTouch for a ball whose owner, which touching skips,
+// marked the cells own: false means touching finds no ship. (The point of
+// the segment nearest a ship touched is in the segment's box and in the
+// ship's box, so its fine cell is a cell of both; that cell was marked by
+// a ship other than the owner, so it is set in occ2 or outside own.)
+func (g *grid) mayTouchBut(ax, ay, bx, by int64, own *fineBox) bool {
+	b := g.fineBoxOf(min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
+	return g.anyBut(g.occ, g.occ2, &b, own)
+}
+
 // mayBeIsland reports whether (x, y), a point of the grid's area, may be
 // on an island: false means splashes finds no island there. An island
 // containing the point overlaps the area, so its box was marked.
@@ -217,6 +334,7 @@ func (g *grid) offIslands(x0, y0, x1, y1 int64) bool {
 func (g *grid) reset() {
 	clear(g.counts)
 	clear(g.occ)
+	clear(g.occ2)
 	g.ships = g.ships[:0]
 }
 
@@ -224,7 +342,11 @@ func (g *grid) reset() {
 func (g *grid) add(slot int, x, y int32, id uint64, sunk bool) {
 	cx, cy := g.cellXY(int64(x), int64(y))
 	g.counts[cy*g.nx+cx]++
-	g.mark(g.occ, int64(x)-ShipRadius, int64(y)-ShipRadius, int64(x)+ShipRadius, int64(y)+ShipRadius)
+	markTwice(g, g.occ, g.occ2, g.shipBox(x, y))
+	for slot >= len(g.slotIdx) {
+		g.slotIdx = append(g.slotIdx, 0)
+	}
+	g.slotIdx[slot] = int32(len(g.ships))
 	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, id: id, sunk: sunk})
 }
 

@@ -17,7 +17,7 @@ func TestGridPrefilters(t *testing.T) {
 	r := Rect{X0: 1_000_000, Y0: 500_000, X1: 5_000_000, Y1: 3_000_000}
 	const margin = 46_000
 	coord := func(lo, hi int32) int64 { return int64(lo) - 200_000 + rng.Int64N(int64(hi-lo)+400_000) }
-	var filtered, touched, islandsRuled int
+	var filtered, touched, islandsRuled, ownerRuled int
 	for round := range 20 {
 		var islands []Island
 		for range rng.IntN(12) {
@@ -39,8 +39,10 @@ func TestGridPrefilters(t *testing.T) {
 		g.place()
 		for k := range 4000 {
 			ax, ay := coord(r.X0, r.X1), coord(r.Y0, r.Y1)
-			if k%2 == 0 && len(ships) > 0 { // start near a ship
-				s := ships[rng.IntN(len(ships))]
+			owner := -1
+			if k%2 == 0 && len(ships) > 0 { // start near a ship, its owner
+				owner = rng.IntN(len(ships))
+				s := ships[owner]
 				ax, ay = s.x+rng.Int64N(80_000)-40_000, s.y+rng.Int64N(80_000)-40_000
 			}
 			l := rng.Int64N(6_000)
@@ -65,6 +67,23 @@ func TestGridPrefilters(t *testing.T) {
 				}
 			} else if brute > 0 {
 				touched++
+			}
+			// Leaving out the owner (touching skips it by id).
+			if owner >= 0 {
+				own, ok := g.ownerBox(int32(owner), uint64(owner+1))
+				if !ok {
+					t.Fatalf("round %d: ownerBox of ship %d not found", round, owner)
+				}
+				if _, ok := g.ownerBox(int32(owner), uint64(owner+2)); ok {
+					t.Fatalf("round %d: ownerBox found ship %d under another id", round, owner)
+				}
+				others := len(g.touching(ax, ay, bx, by, uint64(owner+1), nil))
+				if !g.mayTouchBut(ax, ay, bx, by, &own) {
+					ownerRuled++
+					if others != 0 {
+						t.Fatalf("round %d: mayTouchBut(%d,%d→%d,%d) false but the path touches %d ships besides its owner", round, ax, ay, bx, by, others)
+					}
+				}
 			}
 			// Grounding, for points anywhere.
 			if !g.mayBeNearIsland(ax, ay) {
@@ -103,8 +122,8 @@ func TestGridPrefilters(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("paths ruled out %d, paths touching ships %d, points ruled off islands %d", filtered, touched, islandsRuled)
-	if filtered == 0 || touched == 0 || islandsRuled == 0 {
+	t.Logf("paths ruled out %d, paths touching ships %d, points ruled off islands %d, paths ruled out but for their owner %d", filtered, touched, islandsRuled, ownerRuled)
+	if filtered == 0 || touched == 0 || islandsRuled == 0 || ownerRuled == 0 {
 		t.Fatal("the test exercised too little")
 	}
 }

@@ -164,6 +164,8 @@ type Sector struct {
 	// hot caches, per ball slot, what flyBalls reads every tick; derived
 	// from the balls table (written with each ball, rebuilt by Restored).
 	hot []ballHot
+	// sleep holds the balls flyBalls need not visit (sleep.go).
+	sleep sleeper
 
 	outBuf  []byte
 	outEnds []int
@@ -262,8 +264,8 @@ func (s *Sector) Step(tick uint64, cmds []replay.Command, rec lineage.Recorder) 
 	if n := len(cmds); n > 0 {
 		s.meta.Mut(0).SetU64(metaLastPos, cmds[n-1].Pos)
 	}
-	s.sailShips(rec)
-	s.buildGrid()
+	s.sailShips(rec) // and buckets the ships in the grid
+	s.prepareSleep()
 	s.flyBalls(rec)
 	s.hash = s.set.Hash()
 	return s.outputs()
@@ -437,17 +439,26 @@ func (s *Sector) applyMigration(c *replay.Command, rec lineage.Recorder) {
 		r.SetU64(blDeparted, m.departed)
 		r.SetU64(blArrived, s.tick)
 		rec.Command(b.id, c.Pos)
-		s.cacheBall(i)
+		s.cacheBall(i, -1)
 	}
 }
 
-// sailShips runs every ship's tick: respawn, fire, move, migrate.
+// sailShips runs every ship's tick: respawn, fire, move, migrate. Then
+// it buckets the ship in the grid for the cannonballs' hit tests, where
+// it stands after its tick (a ship's tick moves no other ship, so the
+// grid is the one of all ships after theirs): those afloat, which balls
+// hit, and the wrecks, which balls fly through (the flight then depends
+// on the wreck having sunk, which lineage is told).
 func (s *Sector) sailShips(rec lineage.Recorder) {
+	s.grid.reset()
 	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
 		r := s.ships.Row(i)
 		if r.U8(shSunk) != 0 {
 			if s.tick >= r.U64(shRespawnAt) {
 				s.respawn(i)
+			}
+			if s.ships.Live(i) { // not migrated on respawning
+				s.addToGrid(i)
 			}
 			continue
 		}
@@ -470,8 +481,11 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 		if mv := s.motion.Row(i); !s.owned.Contains(int64(mv.I32(mvX)), int64(mv.I32(mvY))) {
 			x, y := mv.I32(mvX), mv.I32(mvY)
 			s.emigrateShip(i, s.geo.sectorAt(int64(x), int64(y)))
+			continue
 		}
+		s.addToGrid(i)
 	}
+	s.grid.place()
 }
 
 // moveShip applies one tick of the player's controls to ship i: speed,
@@ -584,7 +598,7 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 		w.SetI32(blVY, mulQ16(v, Sin(aim))+shipVY)
 		w.SetU64(blSpawn, s.tick)
 		w.SetU32(blLifetime, lifetime)
-		s.cacheBall(b)
+		s.cacheBall(b, int32(i))
 		rec.Derived(id, lineage.EntityID(owner))
 	}
 }
@@ -631,16 +645,10 @@ func (s *Sector) bumpMigrated() {
 	m.SetU64(metaMigrated, m.U64(metaMigrated)+1)
 }
 
-// buildGrid buckets the ships for the cannonballs' hit tests: those afloat,
-// which balls hit, and the wrecks, which balls fly through (the flight
-// then depends on the wreck having sunk, which lineage is told).
-func (s *Sector) buildGrid() {
-	s.grid.reset()
-	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
-		r, m := s.ships.Row(i), s.motion.Row(i)
-		s.grid.add(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
-	}
-	s.grid.place()
+// addToGrid buckets ship i in the grid as it stands.
+func (s *Sector) addToGrid(i int) {
+	r, m := s.ships.Row(i), s.motion.Row(i)
+	s.grid.add(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
 }
 
 // ballAt returns ball r's position at tick t.
@@ -661,16 +669,24 @@ type ballHot struct {
 	x0, y0, vx, vy int32
 	spawn          uint64
 	quiet, last    uint64
+	// owner is the firing ship's id and ownerSlot its ship slot when it
+	// fired (-1: unknown), to find it in the grid: touching skips it, so
+	// the prefilters may too.
+	owner     uint64
+	ownerSlot int32
 }
 
-// cacheBall fills hot[i] from ball i's record.
-func (s *Sector) cacheBall(i int) {
+// cacheBall fills hot[i] from ball i's record; ownerSlot is the ship slot
+// of its owner, if known (-1 otherwise).
+func (s *Sector) cacheBall(i int, ownerSlot int32) {
 	if i >= len(s.hot) {
 		s.hot = append(s.hot, make([]ballHot, max(i+1, s.balls.Slots())-len(s.hot))...)
 	}
+	s.sleep.awaken(i)
 	r := s.balls.Row(i)
 	h := &s.hot[i]
-	*h = ballHot{x0: r.I32(blX0), y0: r.I32(blY0), vx: r.I32(blVX), vy: r.I32(blVY), spawn: r.U64(blSpawn)}
+	*h = ballHot{x0: r.I32(blX0), y0: r.I32(blY0), vx: r.I32(blVX), vy: r.I32(blVY), spawn: r.U64(blSpawn),
+		owner: r.U64(blOwner), ownerSlot: ownerSlot}
 	h.quiet = h.spawn + 1
 	if r.U64(blDeparted) != 0 {
 		h.quiet = max(h.quiet, r.U64(blArrived)+1)
@@ -745,12 +761,18 @@ type flight struct {
 func (s *Sector) flyBalls(rec lineage.Recorder) {
 	t := s.tick
 	s.flights, s.touches = s.flights[:0], s.touches[:0]
-	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
+	for i := s.balls.NextLiveExcept(0, s.sleep.asleep); i >= 0; i = s.balls.NextLiveExcept(i+1, s.sleep.asleep) {
 		if h := s.hotBall(i); h != nil && t >= h.quiet && t <= h.last {
 			x, y := h.at(t)
 			ax, ay := x-int64(h.vx), y-int64(h.vy)
+			if s.trySleep(i, h, t, ax, ay) {
+				continue // this tick's path is clear too
+			}
 			if !s.grid.mayTouch(ax, ay, x, y) {
 				continue
+			}
+			if own, ok := s.grid.ownerBox(h.ownerSlot, h.owner); ok && !s.grid.mayTouchBut(ax, ay, x, y, &own) {
+				continue // near its own ship only
 			}
 			r := s.balls.Row(i)
 			lo := len(s.touches)
@@ -960,8 +982,9 @@ func (s *Sector) Restored() error {
 	}
 	s.playerSlots = slots
 	s.hot = s.hot[:0]
+	s.sleep.reset()
 	for i := s.balls.NextLive(0); i >= 0; i = s.balls.NextLive(i + 1) {
-		s.cacheBall(i)
+		s.cacheBall(i, -1)
 	}
 	s.hash = s.set.Hash()
 	return nil

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sync"
@@ -143,6 +144,7 @@ type simResults struct {
 	replayTicks   uint64
 	shardReplay   []time.Duration // per shard, alone
 	worldReplay   time.Duration   // four shards in parallel
+	worldCPU      time.Duration   // the process's CPU time during worldReplay
 	replayedTicks []uint64        // per shard
 
 	// live
@@ -515,8 +517,6 @@ func (w *simWorld) measureReplay(ctx context.Context, res *simResults) error {
 		res.shardReplay = append(res.shardReplay, time.Since(t0))
 		res.replayedTicks = append(res.replayedTicks, end-r.Start.Tick)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(w.replayFrom[1]))
 	first := end
 	if w.opts.replayProfile != "" {
 		f, err := os.Create(w.opts.replayProfile)
@@ -529,25 +529,24 @@ func (w *simWorld) measureReplay(ctx context.Context, res *simResults) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	t0 := time.Now()
+	// The world's shards replay on GOMAXPROCS workers, each taking the
+	// shard furthest behind for a chunk of ticks (replay.RunParallel).
+	t0, c0 := time.Now(), report.ProcessCPU()
 	shared = replay.NewVerifiedEntries(entries)
+	runners := make([]*replay.Runner, 0, len(w.replayFrom[1]))
 	for i, r := range w.replayFrom[1] {
 		first = min(first, r.Start.Tick)
 		runner, err := run(r, i)
 		if err != nil {
 			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = runner.RunUntil(ctx, end)
-		}()
+		runners = append(runners, runner)
 	}
-	wg.Wait()
-	res.worldReplay = time.Since(t0)
+	err := replay.RunParallel(ctx, runners, end, runtime.GOMAXPROCS(0), 0)
+	res.worldReplay, res.worldCPU = time.Since(t0), report.ProcessCPU()-c0
 	res.replayTicks = end - first
 	w.replayFrom = [2][]replay.Restored{}
-	return errors.Join(errs...)
+	return err
 }
 
 // timedLog is the world's log with the time each tick marker was
@@ -762,6 +761,10 @@ func (r *simResults) writeTable(out io.Writer) {
 	}
 	fmt.Fprintf(tw, "replay (x real time)\twhole world in parallel %.0fx (%d ticks); one shard alone: median %.0fx, min %.0fx\t\n",
 		j.ReplaySpeedup, r.replayTicks, report.ValueQuantile(alone, 0.5, 0.1), minOf(alone))
+	if r.replayTicks > 0 && r.worldReplay > 0 {
+		fmt.Fprintf(tw, "replay CPU (whole world)\t%.0f µs of process CPU per world tick (%.2f cores busy over the replay)\t\n",
+			report.Us(r.worldCPU)/float64(r.replayTicks), r.worldCPU.Seconds()/r.worldReplay.Seconds())
+	}
 	for _, m := range simMinutes {
 		rs := r.recoveries[m]
 		var ds []time.Duration

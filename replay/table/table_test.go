@@ -3,6 +3,7 @@ package table
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -370,6 +371,40 @@ func TestNextLive(t *testing.T) {
 	}
 	if tb.NextLive(-5) != 0 || tb.NextLive(199) != -1 || tb.NextLive(1000) != -1 {
 		t.Fatal("NextLive bounds")
+	}
+}
+
+func TestNextLiveExcept(t *testing.T) {
+	tb := mustNew(t, 1, 1, Options{RecordsPerPage: 64})
+	for i := 0; i < 200; i++ {
+		tb.Alloc()
+	}
+	for i := 0; i < 200; i++ {
+		if i%3 != 0 {
+			tb.Free(i)
+		}
+	}
+	// Skip the live slots that are multiples of 6, and every slot of the
+	// second word; the skip mask is shorter than the table.
+	skip := make([]uint64, 3)
+	for i := 0; i < 192; i += 6 {
+		skip[i>>6] |= 1 << (uint(i) & 63)
+	}
+	skip[1] = ^uint64(0)
+	var got, want []int
+	for i := tb.NextLiveExcept(0, skip); i >= 0; i = tb.NextLiveExcept(i+1, skip) {
+		got = append(got, i)
+	}
+	for i := tb.NextLive(0); i >= 0; i = tb.NextLive(i + 1) {
+		if (i >= 192 || i%6 != 0) && (i < 64 || i >= 128) {
+			want = append(want, i)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("NextLiveExcept visited %v, want %v", got, want)
+	}
+	if tb.NextLiveExcept(-5, nil) != 0 || tb.NextLiveExcept(199, nil) != -1 || tb.NextLiveExcept(1000, skip) != -1 {
+		t.Fatal("NextLiveExcept bounds")
 	}
 }
 

@@ -1,0 +1,316 @@
+package broadside
+
+import "math/bits"
+
+// Sleeping cannonballs. Most balls in flight are far from every ship:
+// flyBalls tests each one every tick, and for nine in ten the prefilter
+// (grid.mayTouch) answers that its path touches no ship. A ball that is
+// that far from every ship stays so for a few ticks, since ships are slow,
+// so the sector lets it sleep: flyBalls does not visit it until it wakes.
+// Sleeping changes nothing a Step computes, only what it skips; it is not
+// state (not in the tables, not captured), and a restored sector starts
+// with every ball awake.
+//
+// Time is cut into epochs of sleepEpoch ticks (16: in the benchmark world,
+// with the halving below, 12 and 32 let more balls be visited). At an
+// epoch's start every ball wakes and every ship is anchored where it is:
+// the fine cells of its box grown by sleepDrift (the way it may make in an
+// epoch at top speed) are marked in far. A ball whose one-tick test finds
+// no ship may sleep through the ticks left to it in the epoch (and in its
+// quiet flight, ballHot.last) if the box of its whole path over them
+// covers no cell of far (or, if a ship is near, through the first half of
+// them, or the first quarter…): every ship that stays within sleepDrift of
+// its anchor has, at each of those ticks, its box inside its anchored box,
+// so mayTouch would have been false at each of them. The path box starts
+// where the ball was the tick before, so a ball that falls asleep needs no
+// test that tick either.
+//
+// A ship that does not stay (one that appears, by a join, an arrival or a
+// respawn, or moves faster than assumed: a grounding's push) is caught
+// every tick, after the ships have moved and before the balls fly: it is
+// anchored anew where it is (its box marked in far too) and every sleeping
+// ball whose path box meets its anchored box wakes at once. The soundness
+// of sleeping depends on these checks, not on the game's speed limits,
+// which only make them rare.
+const (
+	sleepEpoch = 16
+	sleepDrift = sleepEpoch * MaxSpeed
+	// sleepMin is the shortest sleep worth a second try.
+	sleepMin = 2
+)
+
+// fineBox is a box of fine cells of the grid (inclusive).
+type fineBox struct{ x0, y0, x1, y1 int32 }
+
+func (b *fineBox) overlaps(c *fineBox) bool {
+	return b.x0 <= c.x1 && c.x0 <= b.x1 && b.y0 <= c.y1 && c.y0 <= b.y1
+}
+
+// fineBoxOf returns the fine cells the box x0..x1 × y0..y1 (closed, x0 ≤
+// x1, y0 ≤ y1) overlaps, clamped to the grid (as mark and any).
+func (g *grid) fineBoxOf(x0, y0, x1, y1 int64) fineBox {
+	cx0, cy0 := g.fineXY(x0, y0)
+	cx1, cy1 := g.fineXY(x1, y1)
+	return fineBox{int32(cx0), int32(cy0), int32(cx1), int32(cy1)}
+}
+
+func (g *grid) markBox(bits []uint64, b fineBox) {
+	for cy := int(b.y0); cy <= int(b.y1); cy++ {
+		for c := cy*g.fnx + int(b.x0); c <= cy*g.fnx+int(b.x1); c++ {
+			bits[c>>6] |= 1 << (uint(c) & 63)
+		}
+	}
+}
+
+// sleeper is a sector's sleeping balls and anchored ships (derived, never
+// captured).
+type sleeper struct {
+	off   bool   // never sleep (tests compare against it)
+	on    bool   // an epoch is running
+	epoch uint64 // its first tick
+	last  uint64 // the last tick prepared
+	// far holds the fine cells of the anchored ships' boxes grown by
+	// sleepDrift.
+	far blockBits
+	// far2 has the cells of far marked twice or more (grid.anyBut).
+	far2 blockBits
+	// Per ship slot: its anchor and the id of the ship anchored, valid if
+	// its bit of anchored is set.
+	anchX, anchY []int32
+	anchID       []uint64
+	anchored     []uint64
+	// Per ball slot: asleep, and then the fine cells of its path box.
+	asleep  []uint64
+	box     []fineBox
+	nAsleep int
+	// wake[k] lists the balls that wake at tick epoch+k (entries may be
+	// stale: waking an awake ball does nothing).
+	wake  [sleepEpoch][]int32
+	moved []fineBox // scratch: the boxes anchored anew this tick
+}
+
+func setBit(b []uint64, i int) []uint64 {
+	for i>>6 >= len(b) {
+		b = append(b, 0)
+	}
+	b[i>>6] |= 1 << (uint(i) & 63)
+	return b
+}
+
+func hasBit(b []uint64, i int) bool {
+	return i>>6 < len(b) && b[i>>6]&(1<<(uint(i)&63)) != 0
+}
+
+// awaken wakes ball slot i if it sleeps.
+func (z *sleeper) awaken(i int) {
+	if hasBit(z.asleep, i) {
+		z.asleep[i>>6] &^= 1 << (uint(i) & 63)
+		z.nAsleep--
+	}
+}
+
+// reset wakes every ball and forgets the epoch (after a restore).
+func (z *sleeper) reset() {
+	z.on = false
+	clear(z.asleep)
+	z.nAsleep = 0
+}
+
+// anchor anchors ship id, in slot i, at (x, y) and marks its grown box in
+// far.
+func (s *Sector) anchor(i int, id uint64, x, y int32) fineBox {
+	z := &s.sleep
+	for i >= len(z.anchX) {
+		z.anchX, z.anchY, z.anchID = append(z.anchX, 0), append(z.anchY, 0), append(z.anchID, 0)
+	}
+	z.anchX[i], z.anchY[i], z.anchID[i] = x, y, id
+	z.anchored = setBit(z.anchored, i)
+	b := s.anchorBox(x, y)
+	markTwiceBlocks(&z.far, &z.far2, b)
+	return b
+}
+
+// anchorBox returns the cells of a ship's box anchored at (x, y), grown by
+// sleepDrift.
+func (s *Sector) anchorBox(x, y int32) fineBox {
+	const r = ShipRadius + sleepDrift
+	return s.grid.fineBoxOf(int64(x)-r, int64(y)-r, int64(x)+r, int64(y)+r)
+}
+
+// prepareSleep runs after the tick's grid is built (the ships have moved)
+// and before flyBalls: it starts an epoch, or wakes the balls due and
+// those near a ship that left its anchored box.
+func (s *Sector) prepareSleep() {
+	z := &s.sleep
+	if z.off {
+		return
+	}
+	t := s.tick
+	if z.far.w == nil {
+		z.far, z.far2 = newBlockBits(s.grid), newBlockBits(s.grid)
+		z.on = false
+	}
+	if !z.on || t != z.last+1 || t >= z.epoch+sleepEpoch {
+		z.on, z.epoch, z.last = true, t, t
+		clear(z.far.w)
+		clear(z.far2.w)
+		clear(z.anchored)
+		clear(z.asleep)
+		z.nAsleep = 0
+		for k := range z.wake {
+			z.wake[k] = z.wake[k][:0]
+		}
+		for k := range s.grid.ships {
+			g := &s.grid.ships[k]
+			s.anchor(int(g.slot), g.id, g.x, g.y)
+		}
+		return
+	}
+	z.last = t
+	due := &z.wake[t-z.epoch]
+	for _, i := range *due {
+		z.awaken(int(i))
+	}
+	*due = (*due)[:0]
+	z.moved = z.moved[:0]
+	for k := range s.grid.ships {
+		g := &s.grid.ships[k]
+		i := int(g.slot)
+		if hasBit(z.anchored, i) && z.anchID[i] == g.id {
+			if dx, dy := g.x-z.anchX[i], g.y-z.anchY[i]; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {
+				continue
+			}
+		}
+		z.moved = append(z.moved, s.anchor(i, g.id, g.x, g.y))
+	}
+	if len(z.moved) == 0 || z.nAsleep == 0 {
+		return
+	}
+	for w, word := range z.asleep {
+		for word != 0 {
+			i := w<<6 | bits.TrailingZeros64(word)
+			word &= word - 1
+			for k := range z.moved {
+				if z.box[i].overlaps(&z.moved[k]) {
+					z.awaken(i)
+					break
+				}
+			}
+		}
+	}
+}
+
+// trySleep puts ball i, in its quiet flight at tick t, to sleep from tick
+// t on if no anchored ship's box but its owner's meets its path from
+// (ax, ay), where it was at t-1, through the ticks it may sleep (touching
+// skips the owner; a slot's anchor is the owner's if it holds the owner's
+// id). It reports whether the ball sleeps: then tick t's test would find
+// no ship either (every ship's box at t is within its anchored box).
+func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
+	z := &s.sleep
+	if !z.on {
+		return false
+	}
+	end := min(z.epoch+sleepEpoch-1, h.last)
+	if end <= t {
+		return false
+	}
+	var own *fineBox
+	if o := int(h.ownerSlot); o >= 0 && hasBit(z.anchored, o) && z.anchID[o] == h.owner {
+		ob := s.anchorBox(z.anchX[o], z.anchY[o])
+		own = &ob
+	}
+	pathClear := func(end uint64) (fineBox, bool) {
+		x1, y1 := h.at(end)
+		b := s.grid.fineBoxOf(min(ax, x1), min(ay, y1), max(ax, x1), max(ay, y1))
+		return b, !anyButBlocks(&z.far, &z.far2, &b, own)
+	}
+	b, ok := pathClear(end)
+	if !ok {
+		// A ship is near the path: perhaps not yet near its first half,
+		// or quarter… (a shorter path's box is inside a longer one's: if
+		// the shortest is not clear, none is).
+		if end-t < sleepMin {
+			return false
+		}
+		short, ok := pathClear(t + 1)
+		if !ok {
+			return false
+		}
+		for end = t + (end-t)/2; end > t+1; end = t + (end-t)/2 {
+			if b, ok = pathClear(end); ok {
+				break
+			}
+		}
+		if end <= t+1 {
+			end, b = t+1, short
+		}
+	}
+	z.asleep = setBit(z.asleep, i)
+	for i >= len(z.box) {
+		z.box = append(z.box, fineBox{})
+	}
+	z.box[i] = b
+	z.nAsleep++
+	if k := end + 1 - z.epoch; k < sleepEpoch {
+		z.wake[k] = append(z.wake[k], int32(i))
+	}
+	return true
+}
+
+// blockBits is a bit per fine cell of the grid laid out in blocks of 8 × 8
+// cells, one word each (bit 8·(y mod 8) + x mod 8 of word (y/8)·nbx + x/8),
+// so that a box of a few cells is tested in one to four words. The sleeper
+// keeps far in it: a sleeping ball's path box spans a few cells each way.
+type blockBits struct {
+	nbx int
+	w   []uint64
+}
+
+func newBlockBits(g *grid) blockBits {
+	nbx, nby := (g.fnx+7)>>3, (g.fny+7)>>3
+	return blockBits{nbx: nbx, w: make([]uint64, nbx*nby)}
+}
+
+// blockMask returns the bits of block (bx, by) that b covers (0 if none).
+func blockMask(b *fineBox, bx, by int32) uint64 {
+	x0, x1 := b.x0-bx<<3, b.x1-bx<<3
+	y0, y1 := b.y0-by<<3, b.y1-by<<3
+	if x1 < 0 || x0 > 7 || y1 < 0 || y0 > 7 {
+		return 0
+	}
+	x0, x1, y0, y1 = max(x0, 0), min(x1, 7), max(y0, 0), min(y1, 7)
+	row := uint64(0xFF<<uint(x0)) & uint64(0xFF>>uint(7-x1))
+	return row * 0x0101010101010101 & (^uint64(0) << (8 * uint(y0))) & (^uint64(0) >> (8 * uint(7-y1)))
+}
+
+// markTwiceBlocks sets b's cells in one, and in two those already set in
+// one (markTwice).
+func markTwiceBlocks(one, two *blockBits, b fineBox) {
+	for by := b.y0 >> 3; by <= b.y1>>3; by++ {
+		for bx := b.x0 >> 3; bx <= b.x1>>3; bx++ {
+			k := int(by)*one.nbx + int(bx)
+			m := blockMask(&b, bx, by)
+			two.w[k] |= one.w[k] & m
+			one.w[k] |= m
+		}
+	}
+}
+
+// anyButBlocks is grid.anyBut over blockBits.
+func anyButBlocks(one, two *blockBits, b, own *fineBox) bool {
+	for by := b.y0 >> 3; by <= b.y1>>3; by++ {
+		for bx := b.x0 >> 3; bx <= b.x1>>3; bx++ {
+			k := int(by)*one.nbx + int(bx)
+			m := blockMask(b, bx, by)
+			hit := one.w[k] & m
+			if hit == 0 {
+				continue
+			}
+			if two.w[k]&m != 0 || own == nil || hit&^blockMask(own, bx, by) != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,140 @@
+package broadside
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/anoptic/broadside/lineage"
+	"github.com/anoptic/broadside/replay/table"
+)
+
+// callLog records a Step's lineage calls in order.
+type callLog struct{ calls []string }
+
+func (c *callLog) Command(e lineage.EntityID, pos uint64) {
+	c.calls = append(c.calls, fmt.Sprintf("C %d %d", e, pos))
+}
+
+func (c *callLog) Derived(e, from lineage.EntityID) {
+	c.calls = append(c.calls, fmt.Sprintf("D %d %d", e, from))
+}
+
+// TestBallSleepSound replays bot battles twice from the same captures, with
+// sleeping cannonballs and without (every ball tested every tick), and
+// requires the same state hash, outputs and lineage calls at every tick of
+// every sector. The worlds are small and crowded, so that ships appear
+// (joins, arrivals, respawns) and run aground while balls sleep.
+func TestBallSleepSound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plays 3 battles")
+	}
+	cases := []struct {
+		cfg   Config
+		ships int
+		ticks int
+	}{
+		{Config{Seed: 3, Width: 3000, Height: 3000, SectorsX: 3, SectorsY: 3, Islands: 20}, 400, 500},
+		{Config{Seed: 4, Width: 2000, Height: 2000, SectorsX: 2, SectorsY: 2, Islands: 30}, 300, 500},
+		{Config{Seed: 5, Width: 1500, Height: 1500, SectorsX: 1, SectorsY: 3, Islands: 8}, 200, 500},
+	}
+	for n, c := range cases {
+		w := newBotWorld(t, c.cfg, c.ships, uint64(n+1), 0)
+		for range 100 {
+			w.step(t, nil)
+		}
+		var caps []*table.SetCapture
+		for _, s := range w.Sectors() {
+			caps = append(caps, s.Tables().CaptureFull())
+		}
+		tp := &tape{cfg: c.cfg, caps: caps}
+		on, off := restoreTape(t, tp), restoreTape(t, tp)
+		for _, s := range off {
+			s.sleep.off = true
+		}
+		slept := 0
+		for k := range c.ticks {
+			cmds := w.step(t, nil)
+			tick := w.Tick()
+			for i := range on {
+				var la, lb callLog
+				oa := on[i].Step(tick, cmds, &la)
+				ob := off[i].Step(tick, cmds, &lb)
+				if on[i].Hash() != off[i].Hash() {
+					t.Fatalf("case %d tick %d (%d after the captures) sector %d: hash %#x sleeping, %#x not", n, tick, k, i, on[i].Hash(), off[i].Hash())
+				}
+				if len(oa) != len(ob) {
+					t.Fatalf("case %d tick %d sector %d: %d outputs sleeping, %d not", n, tick, i, len(oa), len(ob))
+				}
+				for j := range oa {
+					if !slices.Equal(oa[j].Payload, ob[j].Payload) {
+						t.Fatalf("case %d tick %d sector %d: output %d differs", n, tick, i, j)
+					}
+				}
+				if !slices.Equal(la.calls, lb.calls) {
+					t.Fatalf("case %d tick %d sector %d: lineage differs:\n%v\n%v", n, tick, i, la.calls, lb.calls)
+				}
+				slept += on[i].sleep.nAsleep
+				if off[i].sleep.nAsleep != 0 {
+					t.Fatalf("case %d: a ball slept with sleeping off", n)
+				}
+			}
+		}
+		t.Logf("case %d: %d ships, %d sectors: %.0f balls asleep per sector-tick, %d balls at the end", n, c.ships, len(on), float64(slept)/float64(c.ticks*len(on)), w.BallCount())
+		if slept == 0 {
+			t.Fatalf("case %d: no ball ever slept", n)
+		}
+	}
+}
+
+// TestBlockBits checks the sleeper's block layout against the grid's
+// linear one: the same boxes marked, the same answers of anyBut for random
+// boxes and owners, at the grid's edges too.
+func TestBlockBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	g := newGrid(Rect{X0: 0, Y0: 0, X1: 4_000_000, Y1: 3_000_000}, 46_000, nil)
+	box := func() fineBox {
+		x0, y0 := int32(rng.IntN(g.fnx)), int32(rng.IntN(g.fny))
+		return fineBox{x0, y0, min(x0+int32(rng.IntN(12)), int32(g.fnx-1)), min(y0+int32(rng.IntN(12)), int32(g.fny-1))}
+	}
+	var agree, marked int
+	for round := range 50 {
+		one, two := make([]uint64, len(g.occ)), make([]uint64, len(g.occ))
+		bone, btwo := newBlockBits(g), newBlockBits(g)
+		var boxes []fineBox
+		for range rng.IntN(400) {
+			b := box()
+			boxes = append(boxes, b)
+			markTwice(g, one, two, b)
+			markTwiceBlocks(&bone, &btwo, b)
+		}
+		for cy := range g.fny {
+			for cx := range g.fnx {
+				c := cy*g.fnx + cx
+				k, bit := (cy>>3)*bone.nbx+cx>>3, uint(cy&7)*8+uint(cx&7)
+				if (one[c>>6]>>(uint(c)&63))&1 != (bone.w[k]>>bit)&1 || (two[c>>6]>>(uint(c)&63))&1 != (btwo.w[k]>>bit)&1 {
+					t.Fatalf("round %d: cell (%d, %d) marked differently", round, cx, cy)
+				}
+			}
+		}
+		for range 2000 {
+			b := box()
+			var own *fineBox
+			if len(boxes) > 0 && rng.IntN(2) == 0 {
+				own = &boxes[rng.IntN(len(boxes))]
+			}
+			lin, blk := g.anyBut(one, two, &b, own), anyButBlocks(&bone, &btwo, &b, own)
+			if lin != blk {
+				t.Fatalf("round %d: anyBut(%v, own %v) = %v linear, %v in blocks", round, b, own, lin, blk)
+			}
+			agree++
+			if lin {
+				marked++
+			}
+		}
+	}
+	if marked == 0 || marked == agree {
+		t.Fatalf("the test exercised too little: %d of %d boxes marked", marked, agree)
+	}
+}

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"errors"
 	"hash/fnv"
 	"slices"
@@ -36,6 +37,12 @@ func LeaseClaimRecord(shard uint32, epoch uint64) []byte {
 func isLeaseClaim(env *wire.Envelope) bool {
 	return env.Kind == wire.EnvelopeControl && env.Epoch != 0 && string(env.Payload) == leaseClaimPayload
 }
+
+// MayHoldLeaseClaim reports whether b, any bytes that hold log records
+// verbatim (a recording's commands chunk), may hold a lease claim: a claim
+// record carries its marker as is, so false means none. A prefilter for
+// scans that look for claims only.
+func MayHoldLeaseClaim(b []byte) bool { return bytes.Contains(b, []byte(leaseClaimPayload)) }
 
 // IsLeaseClaim reports whether env (verified) is a lease claim
 // (LeaseClaimRecord): of shard env.Shard at epoch env.Epoch.

@@ -3,9 +3,9 @@ package bsr
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
+	"sort"
 
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay"
@@ -184,17 +184,31 @@ func (r *Reader) claimsTo(ctx context.Context, pos uint64) ([]claimAt, error) {
 	if pos <= r.claimsPos {
 		return r.claims, nil
 	}
-	src := r.newEntrySource(r.claimsPos, pos)
-	for {
-		e, err := src.Next(ctx)
-		if errors.Is(err, replay.ErrEndOfLog) {
-			break
+	// Most chunks hold no claim: their raw bytes say so (the marker of a
+	// claim is stored verbatim), and only the others are decoded.
+	var buf []byte
+	from := r.claimsPos
+	for i := sort.Search(len(r.cmds), func(i int) bool { return r.cmds[i].Aux2 > from }); i < len(r.cmds) && r.cmds[i].Aux1 < pos; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
+		c := &r.cmds[i]
+		raw, err := r.readRawInto(c, buf)
 		if err != nil {
 			return nil, err
 		}
-		if env, err := wire.DecodeEnvelope(e.Record.Data); err == nil && replay.IsLeaseClaim(&env) {
-			r.claims = append(r.claims, claimAt{pos: e.Pos, shard: env.Shard, epoch: env.Epoch})
+		buf = raw
+		if !replay.MayHoldLeaseClaim(raw) {
+			continue
+		}
+		cc, err := r.commandsChunkVerified(c)
+		if err != nil {
+			return nil, err
+		}
+		for k, e := range cc.entries {
+			if e.Pos > from && e.Pos <= pos && cc.valid[k] && replay.IsLeaseClaim(&cc.envs[k]) {
+				r.claims = append(r.claims, claimAt{pos: e.Pos, shard: cc.envs[k].Shard, epoch: cc.envs[k].Epoch})
+			}
 		}
 	}
 	r.claimsPos = pos

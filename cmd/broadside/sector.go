@@ -35,6 +35,7 @@ type sectorOptions struct {
 	ticker      bool
 	standby     bool
 	lineage     bool
+	cacheDir    string
 	minInterval uint64
 	worldSize   int32
 	sectors     int
@@ -91,6 +92,7 @@ Every worker of a world needs the same game flags (--world-size, --sectors,
 	f.DurationVar(&o.tickerGrace, "ticker-grace", 0, "with --ticker: how late the next tick marker may be before this worker bridges the ticks itself while another holds the Ticker's lease (0: half a tick period; negative: never)")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the lease bucket and the snapshot and lineage stores when they are created (3 on a NATS cluster)")
 	f.BoolVar(&o.ticker, "ticker", false, "compete for the world's Ticker lease and append the tick markers while holding it")
+	f.StringVar(&o.cacheDir, "cache-dir", "", "keep local copies of the shared store's snapshots and lineage ranges above 1 MiB here (a Pebble database, at most 256 MiB, keyed by content: never stale); none if empty")
 	f.BoolVar(&o.lineage, "lineage", true, "record the owned sectors' lineage in the world's shared lineage store on NATS (broadside-lineage), which front ends answer lineage queries from")
 	f.BoolVar(&o.standby, "standby", false, "run a hot copy of every sector this worker does not own (no lease, no publishing): a takeover then starts from it, without restoring and replaying")
 	f.Uint64Var(&o.minInterval, "min-snapshot-interval", 10, "least ticks between two snapshots of a sector")
@@ -127,7 +129,14 @@ func runSector(ctx context.Context, out io.Writer, o sectorOptions) error {
 	if err != nil {
 		return err
 	}
-	st, err := natsworld.OpenWorkerStores(ctx, js, natsworld.WorkerStoresConfig{World: o.world, Worker: o.worker, LeaseTTL: o.leaseTTL,
+	var cache *natsworld.BlobCache
+	if o.cacheDir != "" {
+		if cache, err = natsworld.OpenBlobCache(o.cacheDir, 0, log); err != nil {
+			return err
+		}
+		defer cache.Close()
+	}
+	st, err := natsworld.OpenWorkerStores(ctx, js, natsworld.WorkerStoresConfig{Cache: cache, World: o.world, Worker: o.worker, LeaseTTL: o.leaseTTL,
 		TickerTTL: o.tickerTTL, Replicas: o.replicas, Ticker: o.ticker, Lineage: o.lineage, KindNames: game.KindNames})
 	if err != nil {
 		return err

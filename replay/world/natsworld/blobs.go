@@ -23,8 +23,9 @@ var objectMarker = []byte("BSOBJ")
 // value is objectMarker. The shared stores of a world (snapshots,
 // lineage) keep their data in blobs.
 type blobs struct {
-	kv  jetstream.KeyValue
-	obj jetstream.ObjectStore
+	kv    jetstream.KeyValue
+	obj   jetstream.ObjectStore
+	cache *BlobCache // nil: none
 }
 
 // openBlobs opens (creating if needed) bucket, file-backed with replicas
@@ -50,6 +51,7 @@ func (s blobs) put(ctx context.Context, key string, b []byte) error {
 		if _, err := s.obj.PutBytes(ctx, key, b); err != nil {
 			return fmt.Errorf("object: %w", err)
 		}
+		s.cache.put(digestOf(b), b)
 		val = objectMarker
 	}
 	_, err := s.kv.Put(ctx, key, val)
@@ -68,7 +70,25 @@ func (s blobs) get(ctx context.Context, key string) (b []byte, found bool, err e
 	if !bytes.Equal(e.Value(), objectMarker) {
 		return e.Value(), true, nil
 	}
+	var digest string
+	if s.cache != nil {
+		// The digest first: a cached copy of it is as good as the object.
+		info, err := s.obj.GetInfo(ctx, key)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("object: %w", err)
+		}
+		if b, ok := s.cache.get(info.Digest); ok {
+			return b, true, nil
+		}
+		digest = info.Digest
+	}
 	b, err = s.obj.GetBytes(ctx, key)
+	if err == nil && digest != "" {
+		s.cache.put(digest, b) // only if b has that digest (not a newer object under key)
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, false, nil
 	}

@@ -29,6 +29,9 @@ type LineageStoreConfig struct {
 	// Replicas is the replication factor when the store is created: 1
 	// (default) for one server, 3 for a NATS cluster.
 	Replicas int
+	// Cache, if set, keeps local copies of the lineage ranges above InlineLimit
+	// (BlobCache).
+	Cache *BlobCache
 	// KindNames, if set, are stored (lineage.PutKindNames) for the
 	// queries to print the kinds of commands by name: a sector worker
 	// gives its game's (world.Game.KindNames); a reader need not.
@@ -65,6 +68,7 @@ func OpenLineageStore(ctx context.Context, js jetstream.JetStream, cfg LineageSt
 	if err != nil {
 		return nil, err
 	}
+	b.cache = cfg.Cache
 	s := &LineageStore{b: b, world: strconv.FormatUint(uint64(cfg.World), 10)}
 	if cfg.KindNames != nil {
 		if err := lineage.PutKindNames(ctx, s, cfg.KindNames); err != nil {

@@ -43,6 +43,9 @@ type WorkerStoresConfig struct {
 	// store, with the game's command kind names.
 	Ticker, Lineage bool
 	KindNames       map[uint8]string
+	// Cache, if set, keeps local copies of the large snapshots and
+	// lineage ranges (BlobCache).
+	Cache *BlobCache
 }
 
 // WorkerStores are a worker's shared state on NATS, for WorkerConfig.
@@ -61,10 +64,10 @@ func OpenWorkerStores(ctx context.Context, js jetstream.JetStream, cfg WorkerSto
 	if s.Leases, err = OpenLeases(ctx, js, LeasesConfig{World: cfg.World, Worker: cfg.Worker, TTL: cfg.LeaseTTL, Replicas: cfg.Replicas}); err != nil {
 		return s, err
 	}
-	if s.Snapshots, err = OpenSnapshotStore(ctx, js, SnapshotStoreConfig{World: cfg.World, Replicas: cfg.Replicas}); err != nil {
+	if s.Snapshots, err = OpenSnapshotStore(ctx, js, SnapshotStoreConfig{World: cfg.World, Replicas: cfg.Replicas, Cache: cfg.Cache}); err != nil {
 		return s, err
 	}
-	if s.Lineage, err = OpenWorkerLineage(ctx, js, cfg.Lineage, LineageStoreConfig{World: cfg.World, Replicas: cfg.Replicas, KindNames: cfg.KindNames}); err != nil {
+	if s.Lineage, err = OpenWorkerLineage(ctx, js, cfg.Lineage, LineageStoreConfig{World: cfg.World, Replicas: cfg.Replicas, KindNames: cfg.KindNames, Cache: cfg.Cache}); err != nil {
 		return s, err
 	}
 	if cfg.Ticker {

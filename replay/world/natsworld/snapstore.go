@@ -28,6 +28,9 @@ type SnapshotStoreConfig struct {
 	// Replicas is the replication factor when the store is created: 1
 	// (default) for one server, 3 for a NATS cluster.
 	Replicas int
+	// Cache, if set, keeps local copies of the snapshots above InlineLimit
+	// (BlobCache).
+	Cache *BlobCache
 }
 
 // SnapshotStore is a snapshot.Store shared by every sector worker of a
@@ -59,6 +62,7 @@ func OpenSnapshotStore(ctx context.Context, js jetstream.JetStream, cfg Snapshot
 	if err != nil {
 		return nil, err
 	}
+	b.cache = cfg.Cache
 	return &SnapshotStore{b: b, world: strconv.FormatUint(uint64(cfg.World), 10)}, nil
 }
 

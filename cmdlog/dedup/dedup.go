@@ -197,17 +197,7 @@ func (t *Table) Has(id msg.RecordID) bool {
 
 // Marks exports the table in client order (deterministic).
 func (t *Table) Marks() []msg.ClientMark {
-	ids := make([]uint64, 0, len(t.clients))
-	for c := range t.clients {
-		ids = append(ids, c)
-	}
-	slices.Sort(ids)
-	out := make([]msg.ClientMark, 0, len(ids))
-	for _, c := range ids {
-		w := t.clients[c]
-		out = append(out, msg.ClientMark{Client: c, Mark: w.mark, Above: slices.Clone(w.above), View: w.view})
-	}
-	return out
+	return t.export(func(*window) bool { return true })
 }
 
 // Live exports, in client order, the marks whose lease is live in view
@@ -215,9 +205,16 @@ func (t *Table) Marks() []msg.ClientMark {
 // their clients send nothing in next that they did not complete or
 // abandon before.
 func (t *Table) Live(next, lease uint64) []msg.ClientMark {
+	return t.export(func(w *window) bool {
+		return next < lease || w.view > next-lease // View + lease > next, without overflow
+	})
+}
+
+// export returns the marks of the clients keep selects, in client order.
+func (t *Table) export(keep func(*window) bool) []msg.ClientMark {
 	ids := make([]uint64, 0, len(t.clients))
 	for c, w := range t.clients {
-		if next < lease || w.view > next-lease { // View + lease > next, without overflow
+		if keep(w) {
 			ids = append(ids, c)
 		}
 	}

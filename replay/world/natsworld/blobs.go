@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,6 +43,27 @@ func openBlobs(ctx context.Context, js jetstream.JetStream, bucket, what string,
 		return blobs{}, fmt.Errorf("natsworld: %s object store %s: %w", what, bucket, err)
 	}
 	return blobs{kv: kv, obj: obj}, nil
+}
+
+// openWorldBlobs opens the blobs of one world's shared store (snapshots,
+// lineage): bucket defaults to defaultBucket, replicas to 1; world 0 is
+// refused. It returns the blobs, with cache, and the world's key part.
+func openWorldBlobs(ctx context.Context, js jetstream.JetStream, bucket, defaultBucket string, world uint32, replicas int, cache *BlobCache, what string) (blobs, string, error) {
+	if bucket == "" {
+		bucket = defaultBucket
+	}
+	if replicas == 0 {
+		replicas = 1
+	}
+	if world == 0 {
+		return blobs{}, "", fmt.Errorf("natsworld: %s store: world 0", what)
+	}
+	b, err := openBlobs(ctx, js, bucket, what, replicas)
+	if err != nil {
+		return blobs{}, "", err
+	}
+	b.cache = cache
+	return b, strconv.FormatUint(uint64(world), 10), nil
 }
 
 // put stores b under key.

@@ -4,10 +4,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,21 +53,11 @@ var _ lineage.Store = (*LineageStore)(nil)
 // OpenLineageStore opens (creating if needed) the shared lineage store of
 // cfg.World in js.
 func OpenLineageStore(ctx context.Context, js jetstream.JetStream, cfg LineageStoreConfig) (*LineageStore, error) {
-	if cfg.Bucket == "" {
-		cfg.Bucket = DefaultLineageBucket
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.World == 0 {
-		return nil, errors.New("natsworld: lineage store: world 0")
-	}
-	b, err := openBlobs(ctx, js, cfg.Bucket, "lineage", cfg.Replicas)
+	b, world, err := openWorldBlobs(ctx, js, cfg.Bucket, DefaultLineageBucket, cfg.World, cfg.Replicas, cfg.Cache, "lineage")
 	if err != nil {
 		return nil, err
 	}
-	b.cache = cfg.Cache
-	s := &LineageStore{b: b, world: strconv.FormatUint(uint64(cfg.World), 10)}
+	s := &LineageStore{b: b, world: world}
 	if cfg.KindNames != nil {
 		if err := lineage.PutKindNames(ctx, s, cfg.KindNames); err != nil {
 			return nil, fmt.Errorf("natsworld: lineage store: %w", err)

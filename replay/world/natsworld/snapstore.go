@@ -3,10 +3,8 @@ package natsworld
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -49,21 +47,11 @@ var _ snapshot.Store = (*SnapshotStore)(nil)
 // OpenSnapshotStore opens (creating if needed) the shared snapshot store
 // of cfg.World in js.
 func OpenSnapshotStore(ctx context.Context, js jetstream.JetStream, cfg SnapshotStoreConfig) (*SnapshotStore, error) {
-	if cfg.Bucket == "" {
-		cfg.Bucket = DefaultSnapshotBucket
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.World == 0 {
-		return nil, errors.New("natsworld: snapshot store: world 0")
-	}
-	b, err := openBlobs(ctx, js, cfg.Bucket, "sector snapshots", cfg.Replicas)
+	b, world, err := openWorldBlobs(ctx, js, cfg.Bucket, DefaultSnapshotBucket, cfg.World, cfg.Replicas, cfg.Cache, "sector snapshots")
 	if err != nil {
 		return nil, err
 	}
-	b.cache = cfg.Cache
-	return &SnapshotStore{b: b, world: strconv.FormatUint(uint64(cfg.World), 10)}, nil
+	return &SnapshotStore{b: b, world: world}, nil
 }
 
 func (s *SnapshotStore) key(kind string, shard uint32, tick uint64) string {

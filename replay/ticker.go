@@ -66,6 +66,17 @@ type TickerConfig struct {
 	InFlight int
 	// OnTick, if set, is called after TICK(n) is durable, in tick order.
 	OnTick func(tick uint64, at time.Time)
+	// DueOf, if set, is the world's shared schedule (a Standby's
+	// DueOf): when it knows one (ok), tick n is due when it says, not on
+	// this Ticker's own anchor. Two Tickers on one shared schedule append
+	// each marker at the same moment, so either one's death costs the
+	// world no tick (the log stores each tick once: the other's marker is
+	// a duplicate it drops).
+	DueOf func(tick uint64) (due time.Time, ok bool)
+	// Rebase, if set with DueOf, is told when this Ticker fell more than
+	// MaxLag behind the shared schedule and restarts it: tick is due at
+	// due from now on.
+	Rebase func(tick uint64, due time.Time)
 }
 
 // DefaultTickerInFlight is the default TickerConfig.InFlight: enough
@@ -223,6 +234,11 @@ func (t *Ticker) schedule(ctx context.Context, next uint64, issue func(uint64) b
 	}
 	for {
 		due := anchor.Add(k * period)
+		if t.cfg.DueOf != nil {
+			if d, ok := t.cfg.DueOf(next); ok {
+				due = d
+			}
+		}
 		if wait := due.Sub(clock.Now()); wait > 0 {
 			select {
 			case <-clock.After(wait):
@@ -238,6 +254,17 @@ func (t *Ticker) schedule(ctx context.Context, next uint64, issue func(uint64) b
 		next++
 		t.next.Store(next)
 		k++
+		if t.cfg.DueOf != nil {
+			if d, ok := t.cfg.DueOf(next); ok {
+				if now := clock.Now(); now.Sub(d) > t.cfg.MaxLag {
+					anchor, k = now, 1
+					if t.cfg.Rebase != nil {
+						t.cfg.Rebase(next, now.Add(period))
+					}
+				}
+				continue
+			}
+		}
 		if now := clock.Now(); now.Sub(anchor.Add(k*period)) > t.cfg.MaxLag {
 			// Too far behind to catch up: the next tick is one period
 			// after this one.

@@ -26,6 +26,8 @@ type StandbyConfig struct {
 	// tick it may append) and when it ends (bridging false); on the
 	// standby's goroutine.
 	OnBridge func(bridging bool, from uint64)
+	// Hot starts the standby hot (SetHot).
+	Hot bool
 }
 
 // DefaultStandbyGrace is the default StandbyConfig.Grace in tick periods.
@@ -67,9 +69,17 @@ type Standby struct {
 	observed int       // markers seen (capped at standbyMinObserved)
 	issued   uint64    // the highest durable tick a bridge of this standby appended
 	leading  bool      // this process's own Ticker runs
-	quiet    time.Time // no bridge starts before this
-	bridge   *standbyBridge
-	wake     chan struct{}
+	hot      bool      // the bridge always runs (SetHot)
+	// epoch is the world's shared schedule, tick n due at epoch + n
+	// periods: the earliest of the markers' arrivals less their ticks'
+	// periods (so the holder's own schedule, plus the least latency
+	// seen). late counts the markers in a row that arrived more than
+	// MaxLag behind it (the world's Tickers restarted their schedule).
+	epoch  time.Time
+	late   int
+	quiet  time.Time // no bridge starts before this
+	bridge *standbyBridge
+	wake   chan struct{}
 
 	bridges, bridged atomic.Uint64
 }
@@ -95,7 +105,7 @@ func NewStandby(cfg StandbyConfig) (*Standby, error) {
 	if cfg.Grace <= 0 {
 		cfg.Grace = time.Duration(DefaultStandbyGrace * float64(period))
 	}
-	return &Standby{cfg: cfg, period: period, wake: make(chan struct{}, 1)}, nil
+	return &Standby{cfg: cfg, period: period, wake: make(chan struct{}, 1), hot: cfg.Hot}, nil
 }
 
 // Observe records that the marker of tick arrived in the log now (a
@@ -109,6 +119,7 @@ func (s *Standby) Observe(tick uint64) {
 		return
 	}
 	s.last, s.lastAt = tick, now
+	s.observeEpoch(tick, now)
 	first := s.observed < standbyMinObserved
 	if first {
 		s.observed++
@@ -117,6 +128,77 @@ func (s *Standby) Observe(tick uint64) {
 	if first {
 		s.poke()
 	}
+}
+
+// observeEpoch moves the shared schedule's epoch to the arrival of tick
+// at now if that is earlier, or later once standbyMinObserved markers in
+// a row arrived more than MaxLag behind it (s.mu held).
+func (s *Standby) observeEpoch(tick uint64, now time.Time) {
+	cand := now.Add(-time.Duration(tick) * s.period)
+	switch {
+	case s.epoch.IsZero() || cand.Before(s.epoch):
+		s.epoch, s.late = cand, 0
+	case cand.Sub(s.epoch) > s.maxLag():
+		if s.late++; s.late >= standbyMinObserved {
+			s.epoch, s.late = cand, 0
+		}
+	default:
+		s.late = 0
+	}
+}
+
+func (s *Standby) maxLag() time.Duration {
+	if s.cfg.MaxLag > 0 {
+		return s.cfg.MaxLag
+	}
+	return time.Second
+}
+
+// DueOf returns when tick is due on the world's shared schedule: the
+// epoch the markers' arrivals give plus tick periods (ok false before
+// standbyMinObserved markers were seen). It is a TickerConfig.DueOf: the
+// holder's Ticker and a hot standby's run on it, so their markers
+// coincide.
+func (s *Standby) DueOf(tick uint64) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.observed < standbyMinObserved || s.epoch.IsZero() {
+		return time.Time{}, false
+	}
+	return s.epoch.Add(time.Duration(tick) * s.period), true
+}
+
+// Rebase restarts the shared schedule: tick is due at due (a Ticker on it
+// fell more than MaxLag behind). It is a TickerConfig.Rebase.
+func (s *Standby) Rebase(tick uint64, due time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.epoch, s.late = due.Add(-time.Duration(tick)*s.period), 0
+}
+
+// SetHot makes the standby hot or not. A hot standby does not wait for a
+// marker to be overdue: while this process's Ticker does not run (not
+// Lead), its bridge always runs, appending every marker on the world's
+// shared schedule (DueOf) at the moment the holder's Ticker does. The log
+// drops one of each pair (the same record id), so the world's markers
+// are appended twice while both live, and the holder's death costs no
+// tick. StandDown does not stop a hot bridge; SetHot(false) does.
+func (s *Standby) SetHot(hot bool) {
+	s.mu.Lock()
+	s.hot = hot
+	b := s.bridge
+	s.mu.Unlock()
+	if !hot {
+		s.stopBridge(b)
+	}
+	s.poke()
+}
+
+// Hot reports whether the standby is hot (SetHot).
+func (s *Standby) Hot() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hot
 }
 
 // Seen reports whether the marker of tick (or a later one) was seen.
@@ -150,6 +232,10 @@ func (s *Standby) Bridges() (started, ticks uint64) { return s.bridges.Load(), s
 // from now at the earliest.
 func (s *Standby) StandDown() {
 	s.mu.Lock()
+	if s.hot {
+		s.mu.Unlock()
+		return
+	}
 	s.quiet = s.cfg.Clock.Now().Add(s.cfg.Grace)
 	b := s.bridge
 	s.mu.Unlock()
@@ -204,9 +290,13 @@ func (s *Standby) Follow(upTo uint64) {
 	s.poke()
 }
 
-// due returns when tick n is due on the schedule (s.mu held): the last
+// due returns when tick n is due on the schedule (s.mu held): on the
+// world's shared schedule (DueOf), which is never later than the last
 // marker's arrival plus the periods between.
 func (s *Standby) due(n uint64) time.Time {
+	if !s.epoch.IsZero() {
+		return s.epoch.Add(time.Duration(n) * s.period)
+	}
 	if n <= s.last {
 		return s.lastAt
 	}
@@ -247,7 +337,15 @@ func (s *Standby) Run(ctx context.Context) error {
 		var timer <-chan time.Time
 		var started *standbyBridge
 		var from uint64
-		if s.bridge == nil && !s.leading && s.observed >= standbyMinObserved {
+		if s.bridge == nil && !s.leading && s.observed >= standbyMinObserved && s.hot {
+			now := s.cfg.Clock.Now()
+			if wait := s.quiet.Sub(now); wait > 0 {
+				timer = s.cfg.Clock.After(wait) // the log refused: a grace later
+			} else {
+				from = max(s.last, s.issued) + 1
+				started = s.startBridge(ctx, from)
+			}
+		} else if s.bridge == nil && !s.leading && s.observed >= standbyMinObserved {
 			now := s.cfg.Clock.Now()
 			overdue := s.due(s.last + 1).Add(s.cfg.Grace)
 			if s.quiet.After(overdue) {
@@ -329,7 +427,8 @@ func (s *Standby) startBridge(ctx context.Context, from uint64) *standbyBridge {
 		s.mu.Unlock()
 	}
 	tk, err := NewTicker(TickerConfig{World: s.cfg.World, Log: s.cfg.Log, Rate: s.cfg.Rate, Clock: s.cfg.Clock,
-		MaxLag: s.cfg.MaxLag, InFlight: s.cfg.InFlight, Start: from, Due: s.due(from), Skip: s.Seen, OnTick: durable})
+		MaxLag: s.cfg.MaxLag, InFlight: s.cfg.InFlight, Start: from, Due: s.due(from), Skip: s.Seen, OnTick: durable,
+		DueOf: s.DueOf, Rebase: s.Rebase})
 	if err != nil {
 		return nil // the config was checked by NewStandby
 	}

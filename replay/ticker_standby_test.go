@@ -27,6 +27,8 @@ type watchedLog struct {
 	// hold keeps every asynchronous append in flight: neither stored nor
 	// answered.
 	hold bool
+	// onAppend, if set, is told of every marker's append, stored or not.
+	onAppend func(tick uint64)
 }
 
 func newWatchedLog(clk *fakeClock) *watchedLog {
@@ -45,6 +47,12 @@ func (l *watchedLog) AppendWithID(ctx context.Context, id msg.RecordID, data []b
 		return err
 	}
 	env, err := wire.DecodeEnvelope(data)
+	l.mu.Lock()
+	onAppend := l.onAppend
+	l.mu.Unlock()
+	if onAppend != nil && err == nil && env.Kind == wire.EnvelopeTick {
+		onAppend(env.Tick)
+	}
 	if err != nil || env.Kind != wire.EnvelopeTick || l.MemLog.Tail() == before {
 		return nil // not a marker, or a duplicate the log dropped
 	}
@@ -331,5 +339,125 @@ func TestStandbyLeadRetriesMarkersInFlight(t *testing.T) {
 	}
 	if !ok || next != last+1 {
 		t.Fatalf("Lead: next %d (ok %v) with tick %d the last stored, want %d", next, ok, last, last+1)
+	}
+}
+
+// A hot standby (SetHot: the always-on second Ticker) appends every
+// marker on the world's shared schedule, the holder's: tick n due at the
+// epoch the arrivals give plus n periods, so both Tickers' markers
+// coincide; the log stores each tick once. When the holder dies, the hot
+// standby's markers go on with no interval beyond a period (plus a clock
+// step), none ahead of the schedule and none twice; with two hot
+// standbys too.
+func TestHotStandbyCoincidesAndTicksOnWhenTheHolderDies(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("hot=%d", n), func(t *testing.T) {
+			r := newStandbyRig(t, n)
+			for _, s := range r.standbys {
+				s.SetHot(true)
+			}
+			stopHolder, _ := r.holder(replay.TickerConfig{Start: 1})
+			r.advance(30 * r.period)
+			for i, s := range r.standbys {
+				// The shared schedule is the holder's own: its markers'
+				// arrivals on this log with no latency.
+				arr := r.log.arrivals()
+				epoch := arr[0]
+				for i, at := range arr {
+					if e := at.Add(-time.Duration(i) * r.period); e.Before(epoch) {
+						epoch = e
+					}
+				}
+				for _, tick := range []uint64{1, 31, 100} {
+					due, ok := s.DueOf(tick)
+					if want := epoch.Add(time.Duration(tick-1) * r.period); !ok || !due.Equal(want) {
+						t.Fatalf("standby %d: tick %d due at %v (ok %v), want %v (the holder's schedule)", i, tick, due.Sub(r.start), ok, want.Sub(r.start))
+					}
+				}
+				if !s.Bridging() {
+					t.Fatalf("hot standby %d is not appending", i)
+				}
+			}
+			arr := r.check()
+			last := uint64(len(arr))
+			stopHolder()
+			r.advance(60 * r.period)
+			arr = r.check()
+			if uint64(len(arr)) < last+55 {
+				t.Fatalf("%d ticks in the 60 periods after the holder stopped at %d", uint64(len(arr))-last, last)
+			}
+			for i := 1; i < len(arr); i++ {
+				if gap := arr[i].Sub(arr[i-1]); gap > r.period+r.period/4 {
+					t.Fatalf("tick %d arrived %v after tick %d (the holder stopped after %d): a gap beyond a period", i+1, gap, i, last)
+				}
+			}
+			// StandDown (the lease renewed) does not stop a hot standby.
+			r.standbys[0].StandDown()
+			if !r.standbys[0].Bridging() {
+				t.Fatal("StandDown stopped a hot standby")
+			}
+			r.standbys[0].SetHot(false)
+			if n == 1 && r.standbys[0].Bridging() {
+				t.Fatal("SetHot(false) left the bridge running")
+			}
+		})
+	}
+}
+
+// The holder's Ticker on the shared schedule (DueOf of its own
+// standby, as natsworld runs it) and a hot standby's: both issue each
+// marker at the same moment; the log stores it once (the other append
+// is a duplicate it drops), and killing either leaves no gap.
+func TestHotStandbyAndHolderOnOneSchedule(t *testing.T) {
+	for _, kill := range []string{"holder", "hot"} {
+		t.Run("kill="+kill, func(t *testing.T) {
+			r := newStandbyRig(t, 2)
+			own, hot := r.standbys[0], r.standbys[1]
+			hot.SetHot(true)
+			var mu sync.Mutex
+			issued := map[uint64][]time.Time{}
+			r.log.onAppend = func(tick uint64) {
+				mu.Lock()
+				issued[tick] = append(issued[tick], r.clk.Now())
+				mu.Unlock()
+			}
+			stopHolder, _ := r.holder(replay.TickerConfig{Start: 1, DueOf: own.DueOf, Rebase: own.Rebase})
+			r.advance(40 * r.period)
+			mu.Lock()
+			both := 0
+			for tick, at := range issued {
+				if len(at) > 2 {
+					t.Fatalf("tick %d appended %d times", tick, len(at))
+				}
+				if len(at) == 2 {
+					both++
+					if !at[0].Equal(at[1]) {
+						t.Fatalf("tick %d appended at %v and %v: the two Tickers' markers do not coincide", tick, at[0].Sub(r.start), at[1].Sub(r.start))
+					}
+				}
+			}
+			mu.Unlock()
+			if both == 0 {
+				t.Fatal("the hot standby appended no marker alongside the holder's")
+			}
+			t.Logf("%d of the first 40 ticks appended by both Tickers at the same moment", both)
+			last := uint64(len(r.check()))
+			if kill == "holder" {
+				stopHolder()
+			} else {
+				hot.SetHot(false)
+				defer stopHolder()
+			}
+			r.advance(40 * r.period)
+			arr := r.check()
+			if uint64(len(arr)) < last+35 {
+				t.Fatalf("%d ticks in the 40 periods after killing the %s", uint64(len(arr))-last, kill)
+			}
+			for i := 1; i < len(arr); i++ {
+				if gap := arr[i].Sub(arr[i-1]); gap > r.period+r.period/4 {
+					t.Fatalf("tick %d arrived %v after tick %d", i+1, gap, i)
+				}
+			}
+		})
 	}
 }

@@ -31,6 +31,7 @@ type sectorOptions struct {
 	leaseTTL    time.Duration
 	tickerTTL   time.Duration
 	tickerGrace time.Duration
+	noSecond    bool
 	replicas    int
 	ticker      bool
 	standby     bool
@@ -68,7 +69,9 @@ takeover starts from it instead of a snapshot and a replay.
 holder appends the tick markers. While another holds it, the worker keeps
 the holder's schedule from its runners' ticks and, if a marker is
 --ticker-grace overdue (the holder died), appends the markers itself until
-the lease is held again.
+the lease is held again. One process besides the holder holds the second
+Ticker's lease and appends every marker on the holder's schedule
+(--no-second-ticker: never this one).
 
 Every worker of a world needs the same game flags (--world-size, --sectors,
 --islands, --seed). The log cluster is given with log- prefixed flags, as for
@@ -90,6 +93,7 @@ Every worker of a world needs the same game flags (--world-size, --sectors,
 	f.DurationVar(&o.leaseTTL, "lease-ttl", natsworld.DefaultTTL, "lease length when the lease bucket is created (a dead worker's sectors are free this long after its last renewal)")
 	f.DurationVar(&o.tickerTTL, "ticker-lease-ttl", natsworld.DefaultTickerTTL, "the Ticker's lease length when its bucket (broadside-ticker) is created: may be shorter than a sector's (two Tickers overlapping store each tick once), but a short one flaps on a loaded machine")
 	f.DurationVar(&o.tickerGrace, "ticker-grace", 0, "with --ticker: how late the next tick marker may be before this worker bridges the ticks itself while another holds the Ticker's lease (0: half a tick period; negative: never)")
+	f.BoolVar(&o.noSecond, "no-second-ticker", false, "with --ticker: never hold the second Ticker's lease (whose holder appends every tick marker with the holder's, so that the holder's death costs no tick; the log drops the duplicates)")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the lease bucket and the snapshot and lineage stores when they are created (3 on a NATS cluster)")
 	f.BoolVar(&o.ticker, "ticker", false, "compete for the world's Ticker lease and append the tick markers while holding it")
 	f.StringVar(&o.cacheDir, "cache-dir", "", "keep local copies of the shared store's snapshots and lineage ranges above 1 MiB here (a Pebble database, at most 256 MiB, keyed by content: never stale); none if empty")
@@ -147,7 +151,7 @@ func runSector(ctx context.Context, out io.Writer, o sectorOptions) error {
 	}
 	defer closeLog()
 	w, err := natsworld.NewWorker(natsworld.WorkerConfig{World: o.world, Game: game, Log: logc, Leases: st.Leases, Snapshots: st.Snapshots, Lineage: st.Lineage,
-		Publisher: nc, Ticker: o.ticker, TickerLeases: st.TickerLeases, TickerGrace: o.tickerGrace, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
+		Publisher: nc, Ticker: o.ticker, TickerLeases: st.TickerLeases, TickerGrace: o.tickerGrace, NoSecondTicker: o.noSecond, Standby: o.standby, Logger: log, FramePart: broadside.EncodeSectorPart,
 		Policy: snapshot.Policy{MinInterval: o.minInterval}})
 	if err != nil {
 		return err

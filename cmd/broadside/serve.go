@@ -76,6 +76,8 @@ type serveOptions struct {
 	// if the front end creates them.
 	worldReplicas int
 	worldTicker   bool
+	tickerGrace   time.Duration
+	noSecond      bool
 	// killAtSnapshot, a test hook, SIGKILLs the process as it is about to
 	// store its Nth snapshot.
 	killAtSnapshot int
@@ -161,6 +163,8 @@ it; in production give --cert and --key.`,
 	f.Uint32Var(&o.worldID, "world-id", 1, "with --world: the world id (as the workers' --world)")
 	f.IntVar(&o.worldReplicas, "world-replicas", 1, "with --world: replicas of the lease buckets if this front end creates them (3 on a NATS cluster)")
 	f.BoolVar(&o.worldTicker, "ticker", false, "with --world: compete for the world's Ticker lease (with the workers' --ticker) and append the tick markers while holding it")
+	f.DurationVar(&o.tickerGrace, "ticker-grace", 0, "with --world --ticker: as sector --ticker-grace")
+	f.BoolVar(&o.noSecond, "no-second-ticker", false, "with --world --ticker: as sector --no-second-ticker")
 	o.worldNATS.register(f, "")
 	return cmd
 }
@@ -407,6 +411,7 @@ func startFrontEnd(ctx context.Context, out io.Writer, o serveOptions, worldLog 
 	}
 	node, err = natsworld.StartFrontEndNode(ctx, natsworld.FrontEndNodeConfig{World: o.worldID, Sectors: sectors, Frames: frames, Conn: nc,
 		OnFrame: publish, Logger: log, Ticker: o.worldTicker, TickerID: natsworld.ProcessID("fe-"),
+		TickerGrace: o.tickerGrace, NoSecondTicker: o.noSecond,
 		Log: worldLog, Rate: broadside.TickRate, Replicas: o.worldReplicas, Lineage: true})
 	if err != nil {
 		nc.Close()

@@ -35,8 +35,12 @@ type FrontEndNodeConfig struct {
 	// at Rate while it holds it.
 	Ticker   bool
 	TickerID string
-	Log      world.Log
-	Rate     int
+	// TickerGrace and NoSecondTicker are TickerConfig's Grace and
+	// NoSecondTicker.
+	TickerGrace    time.Duration
+	NoSecondTicker bool
+	Log            world.Log
+	Rate           int
 	// Stale is how long without a tick assembled makes the node not ready
 	// (default 2 s).
 	Stale time.Duration
@@ -124,7 +128,8 @@ func StartFrontEndNode(ctx context.Context, cfg FrontEndNodeConfig) (*FrontEndNo
 		go func() {
 			defer close(tdone)
 			if cfg.Ticker {
-				_ = RunTicker(fctx, TickerConfig{World: cfg.World, Log: cfg.Log, Leases: n.ticker, Rate: cfg.Rate, Logger: cfg.Logger})
+				_ = RunTicker(fctx, TickerConfig{World: cfg.World, Log: cfg.Log, Leases: n.ticker, Rate: cfg.Rate, Logger: cfg.Logger,
+					Grace: cfg.TickerGrace, NoSecondTicker: cfg.NoSecondTicker})
 			}
 		}()
 		_ = fe.Run(fctx)

@@ -344,6 +344,8 @@ type TickerConfig struct {
 	// not holding the lease, bridges the ticks itself from a tail of the
 	// log (WorkerConfig.TickerGrace: 0 the default, negative none).
 	Grace time.Duration
+	// NoSecondTicker is WorkerConfig.NoSecondTicker.
+	NoSecondTicker bool
 }
 
 // RunTicker competes for the world's Ticker lease (TickerLease) and runs
@@ -357,7 +359,7 @@ func RunTicker(ctx context.Context, cfg TickerConfig) error {
 	case cfg.Logger == nil:
 		cfg.Logger = slog.Default()
 	}
-	w := &Worker{cfg: WorkerConfig{World: cfg.World, Log: cfg.Log, Leases: cfg.Leases, Game: world.Game{TickRate: cfg.Rate}, TickerGrace: cfg.Grace},
+	w := &Worker{cfg: WorkerConfig{World: cfg.World, Log: cfg.Log, Leases: cfg.Leases, Game: world.Game{TickRate: cfg.Rate}, TickerGrace: cfg.Grace, NoSecondTicker: cfg.NoSecondTicker},
 		log: cfg.Logger.With("worker", cfg.Leases.Worker())}
 	w.runTicker(ctx, func(ctx context.Context, observe func(uint64)) { tailTicks(ctx, cfg.Log, cfg.World, observe) })
 	return ctx.Err()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,6 +199,142 @@ func TestTickerStandbyBridgesADeadHolder(t *testing.T) {
 				t.Fatalf("%d ticks stored before the lease was claimed with no standby", bridged)
 			}
 			waitFor(t, "30 ticks after the claim", func() bool { return log.maxTick() >= claimedAt+30 })
+			seen := map[uint64]bool{}
+			for _, e := range log.Entries(1) {
+				if e.Record.ID.Client == replay.TickerClientID(1) {
+					if seen[e.Record.ID.Seq] {
+						t.Fatalf("tick %d stored twice", e.Record.ID.Seq)
+					}
+					seen[e.Record.ID.Seq] = true
+				}
+			}
+			for n := uint64(1); n <= uint64(len(seen)); n++ {
+				if !seen[n] {
+					t.Fatalf("tick %d missing of %d", n, len(seen))
+				}
+			}
+		})
+	}
+}
+
+// timedLog records when each tick marker of world 1 was first stored
+// (wall clock).
+type timedLog struct {
+	*tickLog
+	mu      sync.Mutex
+	arrived map[uint64]time.Time
+}
+
+func (l *timedLog) AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	before := l.Tail()
+	err := l.tickLog.AppendWithID(ctx, id, data)
+	if err == nil && l.Tail() != before && id.Client == replay.TickerClientID(1) {
+		if _, ok := l.arrived[id.Seq]; !ok {
+			l.arrived[id.Seq] = time.Now()
+		}
+	}
+	return err
+}
+
+func (l *timedLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
+	done(l.AppendWithID(ctx, id, data))
+	return nil
+}
+
+// interval returns the time between the stores of tick n-1 and n.
+func (l *timedLog) interval(n uint64) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok1 := l.arrived[n-1]
+	b, ok2 := l.arrived[n]
+	if !ok1 || !ok2 {
+		return -1
+	}
+	return b.Sub(a)
+}
+
+// holderLog is a timedLog whose appends fail once dead.
+type holderLog struct {
+	*timedLog
+	dead atomic.Bool
+}
+
+func (l *holderLog) AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error {
+	if l.dead.Load() {
+		return replay.ErrLogClosed
+	}
+	return l.timedLog.AppendWithID(ctx, id, data)
+}
+
+func (l *holderLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
+	done(l.AppendWithID(ctx, id, data))
+	return nil
+}
+
+// TestSecondTickerTicksOnWhenTheHolderDies: t2, not holding the Ticker's
+// lease, holds the second Ticker's (TickerSecondLease) and appends every
+// marker on the holder's shared schedule; when the holder t1 dies (2 s
+// lease, so nobody claims it meanwhile), the next tick is stored within
+// about a period of the last one, where the grace-based standby alone
+// (NoSecondTicker) leaves a longer interval. Every tick is stored once.
+func TestSecondTickerTicksOnWhenTheHolderDies(t *testing.T) {
+	for _, second := range []bool{true, false} {
+		t.Run(fmt.Sprintf("second=%v", second), func(t *testing.T) {
+			connect := startNATS(t)
+			log := &timedLog{tickLog: &tickLog{MemLog: replay.NewMemLog()}, arrived: map[uint64]time.Time{}}
+			hlog := &holderLog{timedLog: log}
+			js1 := connect()
+			const ttl = 2 * time.Second
+			l1, err := OpenTickerLeases(ctxT(t), js1, LeasesConfig{World: 1, Worker: "t1", TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx1, stop1 := context.WithCancel(context.Background())
+			done1 := make(chan struct{})
+			go func() {
+				defer close(done1)
+				_ = RunTicker(ctx1, TickerConfig{World: 1, Log: hlog, Leases: l1, Rate: 30, Logger: quiet(), NoSecondTicker: true})
+			}()
+			defer func() { stop1(); <-done1 }()
+			waitFor(t, "t1 holding the Ticker's lease", func() bool { w, _, _ := l1.Owner(ctxT(t), TickerLease); return w == "t1" })
+			l2, err := OpenTickerLeases(ctxT(t), connect(), LeasesConfig{World: 1, Worker: "t2"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx2, stop2 := context.WithCancel(context.Background())
+			done2 := make(chan struct{})
+			go func() {
+				defer close(done2)
+				_ = RunTicker(ctx2, TickerConfig{World: 1, Log: log, Leases: l2, Rate: 30, Logger: quiet(), NoSecondTicker: !second})
+			}()
+			defer func() { stop2(); <-done2 }()
+			if second {
+				waitFor(t, "t2 holding the second Ticker's lease", func() bool { w, _, _ := l2.Owner(ctxT(t), TickerSecondLease); return w == "t2" })
+			}
+			start := log.maxTick()
+			waitFor(t, "60 ticks", func() bool { return log.maxTick() >= start+60 })
+			var quietMax time.Duration
+			for n := start + 30; n <= start+60; n++ {
+				quietMax = max(quietMax, log.interval(n))
+			}
+			hlog.dead.Store(true)
+			js1.Conn().Close()
+			killed := log.maxTick()
+			waitFor(t, "30 ticks after the holder's death", func() bool { return log.maxTick() >= killed+30 })
+			var stall time.Duration
+			for n := killed + 1; n <= killed+30; n++ {
+				stall = max(stall, log.interval(n))
+			}
+			if w, _, _ := l2.Owner(ctxT(t), TickerLease); w == "t2" {
+				t.Fatal("t2 claimed the 2 s lease already: the test measures the time before")
+			}
+			t.Logf("second=%v: the longest tick interval after the holder's death %v (quiet before it: %v)", second, stall, quietMax)
+			period := time.Second / 30
+			if second && stall > period+period/2+max(quietMax-period, 0) {
+				t.Fatalf("the longest tick interval after the holder's death is %v, over 1.5 periods plus the quiet jitter (quiet max %v): the second Ticker left a gap", stall, quietMax)
+			}
 			seen := map[uint64]bool{}
 			for _, e := range log.Entries(1) {
 				if e.Record.ID.Client == replay.TickerClientID(1) {

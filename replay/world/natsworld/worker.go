@@ -24,6 +24,14 @@ import (
 // No game has this many sectors (world.MaxShards).
 const TickerLease = math.MaxUint32
 
+// TickerSecondLease is the sector number of the lease of the world's
+// second Ticker, in the Ticker's bucket: its holder, not holding
+// TickerLease, runs a hot replay.Standby that appends every marker on the
+// world's shared schedule at the moment the holder's Ticker does (the log
+// drops one of each pair), so that the holder's death costs the world no
+// tick (WorkerConfig.NoSecondTicker).
+const TickerSecondLease = math.MaxUint32 - 1
+
 // DefaultMaxChain bounds a sector's snapshot chains on the shared store:
 // every link is a NATS round trip when a worker restores it.
 const DefaultMaxChain = 16
@@ -77,6 +85,14 @@ type WorkerConfig struct {
 	// ticks): 0 means replay.DefaultStandbyGrace periods, a negative
 	// value no bridging.
 	TickerGrace time.Duration
+	// NoSecondTicker turns the always-on second Ticker off: no process
+	// competes for TickerSecondLease, so the world's markers are appended
+	// once, and a dead holder's ticks are bridged only after TickerGrace.
+	// With it on (the default, with a standby: TickerGrace not negative),
+	// every marker is appended twice while both Tickers live: one more
+	// append of a ~20-byte record per tick, which the sequencer drops as a
+	// duplicate of the holder's.
+	NoSecondTicker bool
 	// Standby makes the worker run a hot copy of every sector it does not
 	// own (no lease, no appends, no snapshots, no frames): when it claims
 	// one, it starts from the copy's state instead of restoring and
@@ -210,7 +226,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		defer close(tickerDone)
 		if w.cfg.Ticker {
-			w.runTicker(ctx, nil)
+			w.runTicker(ctx, w.tailWhenIdle)
 		}
 	}()
 	go func() {
@@ -717,6 +733,9 @@ func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, o
 		// baseline is the lease's revision when the running bridge began
 		// (0: not read yet).
 		baseline uint64
+		// second is the second Ticker's lease while this process holds it
+		// (its standby is hot).
+		second *Lease
 	)
 	stop := func(why string, err error) {
 		cur.cancel()
@@ -738,6 +757,9 @@ func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, o
 			if next, due, ok := sb.Lead(ctx); ok {
 				cfg.Start, cfg.Due, cfg.Skip = next, due, sb.Seen
 			}
+			// The world's shared schedule, which the second Ticker keeps
+			// too: their markers coincide.
+			cfg.DueOf, cfg.Rebase = sb.DueOf, sb.Rebase
 		}
 		durable := &atomic.Uint64{}
 		cfg.OnTick = func(tick uint64, _ time.Time) { durable.Store(tick) }
@@ -776,6 +798,25 @@ func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, o
 			held = &lease
 			start()
 			w.log.Info("holding the ticker lease: ticking", "epoch", lease.Epoch, "from_tick", cur.tk.Next())
+			if second != nil {
+				// The holder is not its own second: another process may
+				// take that role.
+				sb.SetHot(false)
+				_ = l.Release(octx, *second)
+				second = nil
+			}
+		} else if sb != nil && !w.cfg.NoSecondTicker && second == nil {
+			if lease, err := l.Claim(octx, TickerSecondLease); err == nil {
+				second = &lease
+				sb.SetHot(true)
+				w.log.Info("holding the second Ticker's lease: appending every tick marker with the holder's", "epoch", lease.Epoch)
+			}
+		} else if second != nil {
+			if err := l.Renew(octx, second); errors.Is(err, ErrLost) {
+				second = nil
+				sb.SetHot(false)
+				w.log.Warn("lost the second Ticker's lease", "err", err)
+			}
 		} else if sb != nil && sb.Bridging() {
 			// Bridging: until the lease is written again (renewed by a
 			// holder alive after all, or claimed anew). A lease that
@@ -803,11 +844,47 @@ func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, o
 				_ = l.Release(rctx, *held)
 				rcancel()
 			}
+			if second != nil {
+				rctx, rcancel := context.WithTimeout(context.Background(), ttl)
+				_ = l.Release(rctx, *second)
+				rcancel()
+			}
 			return
 		case <-t.C:
 		case <-bridgeBegan:
 			baseline = 0 // read the lease's revision at once
 		}
+	}
+}
+
+// idle reports whether the worker runs no runner (no sector owned, no hot
+// copy): none of its runners tells the Ticker's standby of the markers.
+func (w *Worker) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.sectors) == 0 && len(w.hot) == 0
+}
+
+// tailWhenIdle tails the log's tick markers (tailTicks) while the worker
+// runs no runner, so that a worker owning no sector still keeps the
+// holder's schedule (and bridges, or runs the second Ticker); a worker
+// with runners sees the markers from them.
+func (w *Worker) tailWhenIdle(ctx context.Context, observe func(uint64)) {
+	for ctx.Err() == nil {
+		if !w.idle() {
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		tctx, cancel := context.WithCancel(ctx)
+		go func() {
+			for sleep(tctx, 100*time.Millisecond) {
+				if !w.idle() {
+					cancel()
+				}
+			}
+		}()
+		tailTicks(tctx, w.cfg.Log, w.cfg.World, observe)
+		cancel()
 	}
 }
 

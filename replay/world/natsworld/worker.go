@@ -699,7 +699,9 @@ func (w *Worker) runTicker(ctx context.Context, tail func(ctx context.Context, o
 	if w.cfg.TickerGrace >= 0 {
 		sb, _ = replay.NewStandby(replay.StandbyConfig{World: w.cfg.World, Log: w.cfg.Log, Rate: w.cfg.Game.TickRate, Grace: w.cfg.TickerGrace,
 			OnBridge: func(bridging bool, from uint64) {
-				if bridging {
+				if bridging && sb.Hot() {
+					w.log.Info("the second Ticker appends the tick markers on the world's schedule", "from_tick", from)
+				} else if bridging {
 					w.log.Info("the tick markers are overdue: bridging them until the Ticker's lease is held again", "from_tick", from)
 					select {
 					case bridgeBegan <- struct{}{}:

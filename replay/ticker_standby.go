@@ -247,16 +247,25 @@ func (s *Standby) StandDown() {
 // Ticker appends the markers. It returns where that Ticker goes on: the
 // tick after every one seen, bridged or in the log, due on the holder's
 // schedule if the log holds no later marker than the standby saw (else
-// at once: its observations lagged). ok is false when no schedule is
-// known or the log could not be read; the Ticker then finds the last
-// tick in the log itself. The standby bridges no more until Follow.
+// at once: its observations lagged; a hot standby does not read the log).
+// ok is false when no schedule is known or the log could not be read;
+// the Ticker then finds the last tick in the log itself. The standby
+// bridges no more until Follow.
 func (s *Standby) Lead(ctx context.Context) (next uint64, due time.Time, ok bool) {
 	s.mu.Lock()
 	s.leading = true
-	b := s.bridge
+	b, hot := s.bridge, s.hot
 	s.mu.Unlock()
 	s.stopBridge(b)
-	inLog, err := s.lastInLog(ctx)
+	// A hot standby was appending on the shared schedule until now: the
+	// log holds no later marker than its own, so its Ticker goes on at
+	// once, without a read of the log's tail (which would leave the world
+	// without a Ticker meanwhile).
+	var inLog uint64
+	var err error
+	if !hot {
+		inLog, err = s.lastInLog(ctx)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil || s.observed < standbyMinObserved {

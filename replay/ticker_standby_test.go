@@ -461,3 +461,38 @@ func TestHotStandbyAndHolderOnOneSchedule(t *testing.T) {
 		})
 	}
 }
+
+// The hot standby claims the lease after the holder died (Lead): its
+// Ticker goes on from the hot bridge's next tick on the shared schedule,
+// with no interval beyond a period across the handover and none twice.
+func TestHotStandbyLeadHasNoGap(t *testing.T) {
+	r := newStandbyRig(t, 1)
+	hot := r.standbys[0]
+	hot.SetHot(true)
+	stopHolder, _ := r.holder(replay.TickerConfig{Start: 1})
+	r.advance(30 * r.period)
+	stopHolder()
+	r.advance(10 * r.period)
+	next, due, ok := hot.Lead(context.Background())
+	if !ok {
+		t.Fatal("Lead: no schedule")
+	}
+	if hot.Bridging() {
+		t.Fatal("the hot bridge still runs after Lead")
+	}
+	stop, tk := r.holder(replay.TickerConfig{Start: next, Due: due, Skip: hot.Seen, DueOf: hot.DueOf, Rebase: hot.Rebase})
+	defer stop()
+	r.advance(30 * r.period)
+	arr := r.check()
+	for i := 1; i < len(arr); i++ {
+		if gap := arr[i].Sub(arr[i-1]); gap > r.period+r.period/4 {
+			t.Fatalf("tick %d arrived %v after tick %d", i+1, gap, i)
+		}
+	}
+	if tk.Next() <= next {
+		t.Fatalf("the new holder's Ticker issued nothing from %d", next)
+	}
+	if onSchedule := uint64(r.clk.Now().Sub(r.start)/r.period) + 1; uint64(len(arr))+2 < onSchedule {
+		t.Fatalf("%d ticks, want about %d", len(arr), onSchedule)
+	}
+}

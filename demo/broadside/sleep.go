@@ -11,11 +11,8 @@ import "math/bits"
 // state (not in the tables, not captured), and a restored sector starts
 // with every ball awake.
 //
-// Time is cut into epochs of sleepEpoch ticks (24: on the benchmark tape,
-// with the halving and the backoff below, per world tick 16 has 1,151
-// trySleep calls and 1,756 balls visited, 20 has 1,033 and 1,699, 24 has
-// 992 and 1,731, 32 has 946 and 1,837; fewer epoch starts, at which every
-// ball wakes, against larger anchored boxes). At an
+// Time is cut into epochs of sleepEpoch ticks (16: in the benchmark world,
+// with the halving below, 12 and 32 let more balls be visited). At an
 // epoch's start every ball wakes and every ship is anchored where it is:
 // the fine cells of its box grown by sleepDrift (the way it may make in an
 // epoch at top speed) are marked in far. A ball whose one-tick test finds
@@ -36,7 +33,7 @@ import "math/bits"
 // of sleeping depends on these checks, not on the game's speed limits,
 // which only make them rare.
 const (
-	sleepEpoch = 24
+	sleepEpoch = 16
 	sleepDrift = sleepEpoch * MaxSpeed
 	// sleepMin is the shortest sleep worth a second try.
 	sleepMin = 2

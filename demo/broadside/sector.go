@@ -674,6 +674,9 @@ type ballHot struct {
 	// the prefilters may too.
 	owner     uint64
 	ownerSlot int32
+	// noSleepTo is the last tick at which trySleep does not try the ball
+	// (a ball found next to a ship stays so for a few ticks; not state).
+	noSleepTo uint64
 }
 
 // cacheBall fills hot[i] from ball i's record; ownerSlot is the ship slot

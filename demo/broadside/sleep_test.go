@@ -89,7 +89,8 @@ func TestBallSleepSound(t *testing.T) {
 }
 
 // TestBlockBits checks the sleeper's block layout against the grid's
-// linear one: the same boxes marked, the same answers of anyBut for random
+// linear one: the same boxes marked, the same answers of anyBut (and of
+// anyBlocks, anyBut without an owner) for random
 // boxes and owners, at the grid's edges too.
 func TestBlockBits(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -127,6 +128,9 @@ func TestBlockBits(t *testing.T) {
 			lin, blk := g.anyBut(one, two, &b, own), anyButBlocks(&bone, &btwo, &b, own)
 			if lin != blk {
 				t.Fatalf("round %d: anyBut(%v, own %v) = %v linear, %v in blocks", round, b, own, lin, blk)
+			}
+			if lin, blk := g.anyBut(one, two, &b, nil), anyBlocks(&bone, &b); lin != blk {
+				t.Fatalf("round %d: any(%v) = %v linear, %v in blocks", round, b, lin, blk)
 			}
 			agree++
 			if lin {

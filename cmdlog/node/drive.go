@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
@@ -28,6 +29,11 @@ type Driver[R any] struct {
 	// Ready carries out the core's work after a round; an error stops
 	// the loop and is returned.
 	Ready func() error
+	// Mu, if set, is held from the first step of each round to the end of
+	// its Ready: whoever else holds it may step the core and carry out a
+	// Ready itself (a client's caller, which then needs no hand-off to
+	// the loop).
+	Mu sync.Locker
 }
 
 // Run drives the core until ctx ends (returning nil) or Ready fails.
@@ -43,10 +49,12 @@ func (d Driver[R]) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case env := <-d.Inbox.C():
+			d.lock()
 			d.Inbox.Took(env)
 			d.Step(env)
 			d.drainInbox()
 		case r := <-d.Requests:
+			d.lock()
 			d.Submit(r)
 			// Everything queued joins this round.
 			for i := 1; i < maxStepsPerReady; i++ {
@@ -60,11 +68,22 @@ func (d Driver[R]) Run(ctx context.Context) error {
 			}
 			d.drainInbox()
 		case <-tick:
+			d.lock()
 			d.OnTick()
 		}
-		if err := d.Ready(); err != nil {
+		err := d.Ready()
+		if d.Mu != nil {
+			d.Mu.Unlock()
+		}
+		if err != nil {
 			return err
 		}
+	}
+}
+
+func (d Driver[R]) lock() {
+	if d.Mu != nil {
+		d.Mu.Lock()
 	}
 }
 

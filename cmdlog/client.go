@@ -229,8 +229,9 @@ func (c *Client) AppendWithID(ctx context.Context, id msg.RecordID, data []byte)
 // a copy of data to the client and returns; done is called once with the
 // outcome (nil when the record is stored as the log promises, ErrTooLarge,
 // or ErrClosed when the client closes first). done runs while the client's
-// core is held (on its loop, or on the goroutine of a synchronous call
-// stepping the core), so it must be quick and must not call the client. It blocks
+// core is held (on its loop, or on the goroutine of a synchronous call or
+// a link reader stepping the core), so it must be quick and must not call
+// the client. It blocks
 // only while the client's request queue is full (backpressure), and
 // returns ErrClosed without calling done when the client is closed or ctx
 // ends first.

@@ -595,7 +595,7 @@ func (m *Mesh) readLoop(l *link) {
 				return
 			}
 		}
-		m.cfg.Inbox.Deliver(msg.Envelope{From: l.peer, To: m.cfg.Self, Msg: mm})
+		m.cfg.Inbox.DeliverInline(msg.Envelope{From: l.peer, To: m.cfg.Self, Msg: mm})
 	}
 }
 

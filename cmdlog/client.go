@@ -74,6 +74,15 @@ type Client struct {
 	// that entered reqs but was never taken by the loop.
 	asyncMu sync.RWMutex
 	stopped bool
+
+	// coreMu owns the core and what submit and ready touch: the loop
+	// holds it for each round, and a synchronous call that finds it free
+	// and nothing queued steps its request and carries out the Ready
+	// itself (stepInline), without a hand-off to the loop. submit and
+	// ready are set by the loop before it starts, nil once it ended.
+	coreMu sync.Mutex
+	submit func(request)
+	ready  func() error
 }
 
 type request struct {
@@ -164,6 +173,16 @@ func (c *Client) call(ctx context.Context, r request) (result, error) {
 	}
 	r.reply = make(chan result, 1)
 	r.start = time.Now()
+	if c.stepInline(r) {
+		select {
+		case res := <-r.reply:
+			return res, res.err
+		case <-ctx.Done():
+			return result{}, ctx.Err()
+		case <-c.done:
+			return result{}, ErrClosed
+		}
+	}
 	select {
 	case c.reqs <- r:
 	case <-ctx.Done():
@@ -209,8 +228,10 @@ func (c *Client) AppendWithID(ctx context.Context, id msg.RecordID, data []byte)
 // AppendWithIDAsync is AppendWithID without a goroutine waiting: it hands
 // a copy of data to the client and returns; done is called once with the
 // outcome (nil when the record is stored as the log promises, ErrTooLarge,
-// or ErrClosed when the client closes first). done runs on the client's
-// own loop, so it must be quick and must not call the client. It blocks
+// or ErrClosed when the client closes first). done runs while the client's
+// core is held (on its loop, or on the goroutine of a synchronous call or
+// a link reader stepping the core), so it must be quick and must not call
+// the client. It blocks
 // only while the client's request queue is full (backpressure), and
 // returns ErrClosed without calling done when the client is closed or ctx
 // ends first.
@@ -276,6 +297,32 @@ func (c *Client) CheckTail(ctx context.Context) (uint64, error) {
 func (c *Client) Trim(ctx context.Context, upTo uint64) (uint64, error) {
 	res, err := c.call(ctx, request{kind: clientcore.CompleteTrim, upTo: upTo})
 	return res.tail, err
+}
+
+// stepInline steps r into the core and carries out the Ready on the
+// caller's goroutine when the core is free and no request is queued for
+// the loop (which keeps the requests of one caller in order); it reports
+// false, leaving r to the loop, otherwise. The messages go out inline too
+// on an idle link (mesh), so an append at rest costs no hand-off before
+// the network. Only synchronous calls use it: a burst of asynchronous
+// appends is better stepped as one round by the loop, and the queue keeps
+// their order (and floors).
+func (c *Client) stepInline(r request) bool {
+	if len(c.reqs) > 0 || !c.coreMu.TryLock() {
+		return false
+	}
+	defer c.coreMu.Unlock()
+	if c.submit == nil || len(c.reqs) > 0 {
+		return false
+	}
+	select {
+	case <-c.done:
+		return false
+	default:
+	}
+	c.submit(r)
+	_ = c.ready()
+	return true
 }
 
 func (c *Client) loop(ctx context.Context) {
@@ -354,10 +401,16 @@ func (c *Client) loop(ctx context.Context) {
 		}
 		return nil
 	}
+	c.coreMu.Lock()
+	c.submit, c.ready = submit, ready
+	c.coreMu.Unlock()
 	// The same loop as every node's: requests and messages queued together
 	// are stepped together, then one Ready sends them as shared messages.
 	node.Driver[request]{Inbox: c.cfg.Inbox, Tick: tick, Step: core.Step, OnTick: core.Tick,
-		Requests: c.reqs, Submit: submit, Ready: ready}.Run(ctx)
+		Requests: c.reqs, Submit: submit, Ready: ready, Mu: &c.coreMu}.Run(ctx)
+	c.coreMu.Lock()
+	defer c.coreMu.Unlock()
+	c.submit, c.ready = nil, nil
 	for _, rs := range appends {
 		for _, r := range rs {
 			r.finish(result{err: ErrClosed})

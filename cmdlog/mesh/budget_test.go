@@ -52,8 +52,9 @@ func TestPendingBytes(t *testing.T) {
 func TestQueueBytes(t *testing.T) {
 	l := &link{wake: make(chan struct{}, 1)}
 	big := msg.Append{Records: []msg.Record{{Data: make([]byte, 4<<20)}}}
+	m := &Mesh{}
 	n := 0
-	for l.enqueue(big) {
+	for m.sendOn(l, big) {
 		n++
 		if n > 1000 {
 			t.Fatal("queue never full")

@@ -2,7 +2,9 @@
 // Each node owns one Endpoint (one UDP socket, serving and dialing). A link
 // to a peer is one long-lived bidirectional stream: the dialer's first
 // frame names its node id, every later frame is one message encoded with
-// cmdlog/codec. Messages to a peer are queued and written by the link's own
+// cmdlog/codec. A message to an idle link is written by its sender, without
+// waiting (see sendOn); messages sent while a write is in progress, or that
+// QUIC cannot take at once, are queued and written by the link's own
 // goroutine, which coalesces everything queued into one flush. Links are
 // dialed on demand (peers with known addresses) or learned from incoming
 // connections (clients, which have no fixed address).
@@ -165,9 +167,15 @@ type link struct {
 	queue []msg.Message
 	// queueBytes is the SizeOf sum of queue.
 	queueBytes int
-	wake       chan struct{}
-	closed     chan struct{}
-	once       sync.Once
+	// writing: a goroutine owns writing to st, either a sender writing
+	// inline (Send on an idle link) or the writer goroutine (woken by
+	// wake). The owner writes until queue is empty, then clears it.
+	writing bool
+	// frame is the inline writer's encoding buffer (owned with writing).
+	frame  []byte
+	wake   chan struct{}
+	closed chan struct{}
+	once   sync.Once
 }
 
 // New opens the node's endpoint and starts accepting links.
@@ -312,28 +320,91 @@ func (m *Mesh) Send(env msg.Envelope) {
 		return
 	}
 	m.mu.Unlock()
-	if !l.enqueue(env.Msg) {
+	if !m.sendOn(l, env.Msg) {
 		m.mu.Lock()
 		m.dropped++
 		m.mu.Unlock()
 	}
 }
 
-func (l *link) enqueue(mm msg.Message) bool {
+// inlineMax is the largest message (SizeOf) a sender writes itself on an
+// idle link; larger ones always go through the link's writer goroutine.
+const inlineMax = 64 << 10
+
+// sendOn writes mm on l. On an idle link (nothing queued, no write in
+// progress) the sender encodes and writes it itself, without waiting:
+// QUIC takes the frame at once if the peer's flow-control window has room
+// for it (TryWriteAll), so an idle link adds no goroutine hand-off, as the
+// baselines' pipe does. Otherwise, and when QUIC would block, mm is queued
+// for the writer goroutine, which coalesces everything queued into one
+// flush; Send never blocks on the network. It reports false if mm was
+// dropped.
+func (m *Mesh) sendOn(l *link, mm msg.Message) bool {
 	size := SizeOf(mm)
 	l.mu.Lock()
-	if len(l.queue) >= maxQueued || l.queueBytes+size > maxQueuedBytes {
+	if l.writing || len(l.queue) > 0 || size > inlineMax {
+		if len(l.queue) >= maxQueued || l.queueBytes+size > maxQueuedBytes {
+			l.mu.Unlock()
+			return false
+		}
+		l.queue = append(l.queue, mm)
+		l.queueBytes += size
+		kick := !l.writing
+		l.writing = true
 		l.mu.Unlock()
+		if kick {
+			l.kick()
+		}
+		return true
+	}
+	l.writing = true
+	l.mu.Unlock()
+
+	err := codec.EncodeTo(mm, func(b []byte) error {
+		if len(b) > MaxFrameSize {
+			return fmt.Errorf("mesh: a message of %d bytes, over MaxFrameSize: %w", len(b), codec.ErrTooLarge)
+		}
+		l.frame = binary.BigEndian.AppendUint32(l.frame[:0], uint32(len(b)))
+		l.frame = append(l.frame, b...)
+		return l.st.QUIC().TryWriteAll(l.frame)
+	})
+	if cap(l.frame) > inlineMax {
+		l.frame = nil
+	}
+	l.mu.Lock()
+	switch {
+	case errors.Is(err, quic.ErrWouldBlock):
+		// The writer goroutine writes it first, waiting for credit.
+		l.queue = slices.Insert(l.queue, 0, mm)
+		l.queueBytes += size
+		err = nil
+	case err != nil:
+		l.writing = false
+		l.mu.Unlock()
+		if errors.Is(err, codec.ErrTooLarge) {
+			m.log.Error("mesh: dropping a message over the codec's limits", "self", m.cfg.Self, "peer", l.peer, "err", err)
+		} else {
+			m.removeLink(l) // the stream failed; the writer would stop too
+		}
 		return false
 	}
-	l.queue = append(l.queue, mm)
-	l.queueBytes += size
+	if len(l.queue) == 0 {
+		l.writing = false
+		l.mu.Unlock()
+		return true
+	}
+	// Others queued meanwhile (or this one would block): the writer
+	// goroutine takes over, writing stays set.
 	l.mu.Unlock()
+	l.kick()
+	return true
+}
+
+func (l *link) kick() {
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 func (l *link) close() {
@@ -462,6 +533,7 @@ func (m *Mesh) addLink(peer msg.NodeID, ident Identity, st *transport.Stream) {
 	if p := m.pending[peer]; len(p) > 0 {
 		l.queue = append(l.queue, p...)
 		l.queueBytes = m.pendingBytes[peer]
+		l.writing = true
 		l.wake <- struct{}{}
 	}
 	delete(m.pending, peer)
@@ -523,7 +595,7 @@ func (m *Mesh) readLoop(l *link) {
 				return
 			}
 		}
-		m.cfg.Inbox.Deliver(msg.Envelope{From: l.peer, To: m.cfg.Self, Msg: mm})
+		m.cfg.Inbox.DeliverInline(msg.Envelope{From: l.peer, To: m.cfg.Self, Msg: mm})
 	}
 }
 
@@ -545,27 +617,35 @@ func (m *Mesh) writeLoop(l *link) {
 			return
 		case <-l.wake:
 		}
-		l.mu.Lock()
-		batch, l.queue = l.queue, batch[:0]
-		l.queueBytes = 0
-		l.mu.Unlock()
-		for i, mm := range batch {
-			batch[i] = nil
-			if err := codec.EncodeTo(mm, bufferFrame); err != nil {
-				if errors.Is(err, codec.ErrTooLarge) {
-					// The peer would refuse it and close the link: drop
-					// it (a bug of the sender; the protocol retries).
-					m.log.Error("mesh: dropping a message over the codec's limits", "self", m.cfg.Self, "peer", l.peer, "err", err)
-					m.mu.Lock()
-					m.dropped++
-					m.mu.Unlock()
-					continue
+		// The writer owns writing (l.writing) until the queue is empty.
+		for {
+			l.mu.Lock()
+			if len(l.queue) == 0 {
+				l.writing = false
+				l.mu.Unlock()
+				break
+			}
+			batch, l.queue = l.queue, batch[:0]
+			l.queueBytes = 0
+			l.mu.Unlock()
+			for i, mm := range batch {
+				batch[i] = nil
+				if err := codec.EncodeTo(mm, bufferFrame); err != nil {
+					if errors.Is(err, codec.ErrTooLarge) {
+						// The peer would refuse it and close the link: drop
+						// it (a bug of the sender; the protocol retries).
+						m.log.Error("mesh: dropping a message over the codec's limits", "self", m.cfg.Self, "peer", l.peer, "err", err)
+						m.mu.Lock()
+						m.dropped++
+						m.mu.Unlock()
+						continue
+					}
+					return
 				}
+			}
+			if err := l.st.Flush(); err != nil {
 				return
 			}
-		}
-		if err := l.st.Flush(); err != nil {
-			return
 		}
 	}
 }

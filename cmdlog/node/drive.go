@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/msg"
@@ -28,6 +29,15 @@ type Driver[R any] struct {
 	// Ready carries out the core's work after a round; an error stops
 	// the loop and is returned.
 	Ready func() error
+	// Mu, if set, is held from the first step of each round to the end of
+	// its Ready: whoever else holds it may step the core and carry out a
+	// Ready itself (a client's caller, which then needs no hand-off to
+	// the loop). With Mu set, Inbox.DeliverInline does so too while the loop
+	// runs: a message arriving when the core is free and nothing is
+	// queued is stepped on the deliverer's goroutine (a link reader), so
+	// an uncontended node costs no hand-off; under load messages queue
+	// and the loop steps them in rounds as before.
+	Mu *sync.Mutex
 }
 
 // Run drives the core until ctx ends (returning nil) or Ready fails.
@@ -38,15 +48,41 @@ func (d Driver[R]) Run(ctx context.Context) error {
 		defer t.Stop()
 		tick = t.C
 	}
+	var failed chan error
+	if d.Mu != nil && d.Inbox.q != nil {
+		failed = make(chan error, 1)
+		ds := &directStep{mu: d.Mu}
+		ds.run = func(env msg.Envelope) {
+			d.Step(env)
+			if err := d.Ready(); err != nil {
+				d.Inbox.q.direct.CompareAndSwap(ds, nil)
+				select {
+				case failed <- err:
+				default:
+				}
+			}
+		}
+		d.Inbox.q.direct.Store(ds)
+		defer func() {
+			// Under Mu: no direct step runs after Run returns.
+			d.Mu.Lock()
+			d.Inbox.q.direct.CompareAndSwap(ds, nil)
+			d.Mu.Unlock()
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-failed:
+			return err
 		case env := <-d.Inbox.C():
+			d.lock()
 			d.Inbox.Took(env)
 			d.Step(env)
 			d.drainInbox()
 		case r := <-d.Requests:
+			d.lock()
 			d.Submit(r)
 			// Everything queued joins this round.
 			for i := 1; i < maxStepsPerReady; i++ {
@@ -60,11 +96,22 @@ func (d Driver[R]) Run(ctx context.Context) error {
 			}
 			d.drainInbox()
 		case <-tick:
+			d.lock()
 			d.OnTick()
 		}
-		if err := d.Ready(); err != nil {
+		err := d.Ready()
+		if d.Mu != nil {
+			d.Mu.Unlock()
+		}
+		if err != nil {
 			return err
 		}
+	}
+}
+
+func (d Driver[R]) lock() {
+	if d.Mu != nil {
+		d.Mu.Lock()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,16 @@ type inboxQueue struct {
 	bytes    atomic.Int64
 	maxBytes int64
 	dropped  atomic.Uint64
+	// direct, if set, steps a message into the core on the deliverer's
+	// goroutine (see Driver.Mu).
+	direct atomic.Pointer[directStep]
+}
+
+// directStep lets Deliver step the core itself: when mu is free and
+// nothing is queued, run steps env and carries out the Ready under mu.
+type directStep struct {
+	mu  *sync.Mutex
+	run func(msg.Envelope)
 }
 
 // NewInbox returns an inbox of the default bounds.
@@ -66,6 +77,33 @@ func NewInbox() Inbox { return newInbox(inboxSize, inboxBytes) }
 
 func newInbox(n int, maxBytes int64) Inbox {
 	return Inbox{q: &inboxQueue{ch: make(chan msg.Envelope, n), maxBytes: maxBytes}}
+}
+
+// DeliverInline is Deliver for a goroutine that only delivers (a mesh
+// link's reader): when the node's Driver allows it (Driver.Mu) and the
+// core is free with nothing queued, it steps env and carries out the Ready
+// itself, on the caller's goroutine, so an uncontended node costs no
+// hand-off. The Ready may block (a WAL write and its retries), so a caller
+// that must not wait on the node (a sender in another node's Ready, as
+// LocalNet's) uses Deliver. Messages queued before env are always stepped
+// first.
+func (in Inbox) DeliverInline(env msg.Envelope) bool {
+	q := in.q
+	if q == nil {
+		return false
+	}
+	if d := q.direct.Load(); d != nil && q.bytes.Load() == 0 && d.mu.TryLock() {
+		// Checked again under mu: the loop may have taken a message it
+		// has not stepped yet (its bytes are released only once stepped),
+		// or stopped.
+		if q.bytes.Load() == 0 && q.direct.Load() == d {
+			d.run(env)
+			d.mu.Unlock()
+			return true
+		}
+		d.mu.Unlock()
+	}
+	return in.Deliver(env)
 }
 
 // Deliver queues env without blocking; it reports false if the inbox is

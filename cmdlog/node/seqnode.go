@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/coord"
@@ -71,7 +72,7 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 		"last_started_view", r.LastStartedView(), "wal_ops", len(ops))
 	proxy := coordinatorProxy{c: cfg.Coordinator, timeout: 5 * time.Second, log: log}
 	view, role := uint64(0), seq.RoleNone
-	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: r.Tick, Ready: func() error {
+	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: r.Tick, Mu: new(sync.Mutex), Ready: func() error {
 		rd := r.Ready()
 		if len(rd.Persist) > 0 {
 			// A failed WAL write (ENOSPC, EIO) is retried, not fatal: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/anoptic/broadside/cmdlog/shard"
@@ -39,7 +40,7 @@ func RunShard(ctx context.Context, cfg ShardConfig) error {
 	log.Info("shard starting", "id", cfg.Core.ID, "epoch", m.Epoch, "stable_gp", m.StableGP, "trimmed", m.Trimmed)
 	// Shards have no timers; a slow tick only bounds how long an error
 	// can go unnoticed.
-	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: time.Second, Step: s.Step, OnTick: func() {}, Ready: func() error {
+	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: time.Second, Step: s.Step, OnTick: func() {}, Mu: new(sync.Mutex), Ready: func() error {
 		rd := s.Ready()
 		who := fmt.Sprintf("shard %d's store", cfg.Core.ID)
 		if err := persistRetrying(ctx, log, cfg.Health, who, func() error { return applyWrites(cfg.Storage, rd.Writes) }); err != nil {

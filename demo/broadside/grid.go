@@ -59,7 +59,8 @@ type grid struct {
 type gridShip struct {
 	slot int32
 	x, y int32
-	next int32 // the index in ships of the cell's previous ship, or -1
+	next int32   // the index in ships of the cell's previous ship, or -1
+	box  fineBox // shipBox(x, y), the cells it marked in occ
 	id   uint64
 	sunk bool // a wreck, or sunk by an earlier ball of this tick
 }
@@ -208,6 +209,12 @@ func (g *grid) shipBox(x, y int32) fineBox {
 func markTwice(g *grid, one, two []uint64, b fineBox) {
 	for cy := int(b.y0); cy <= int(b.y1); cy++ {
 		c0, c1 := cy*g.fnx+int(b.x0), cy*g.fnx+int(b.x1)
+		if w := c0 >> 6; w == c1>>6 { // most rows of a ship's box: one word
+			m := ^uint64(0) << (uint(c0) & 63) & (^uint64(0) >> (63 - uint(c1)&63))
+			two[w] |= one[w] & m
+			one[w] |= m
+			continue
+		}
 		for w := c0 >> 6; w <= c1>>6; w++ {
 			m := ^uint64(0)
 			if w == c0>>6 {
@@ -289,7 +296,7 @@ func (g *grid) ownerBox(slot int32, id uint64) (fineBox, bool) {
 		return fineBox{}, false
 	}
 	if sh := &g.ships[k]; sh.slot == slot && sh.id == id {
-		return g.shipBox(sh.x, sh.y), true
+		return sh.box, true
 	}
 	return fineBox{}, false
 }
@@ -351,13 +358,14 @@ func (g *grid) reset() {
 func (g *grid) add(slot int, x, y int32, id uint64, sunk bool) {
 	cx, cy := g.cellXY(int64(x), int64(y))
 	c := cy*g.nx + cx
-	markTwice(g, g.occ, g.occ2, g.shipBox(x, y))
+	b := g.shipBox(x, y)
+	markTwice(g, g.occ, g.occ2, b)
 	for slot >= len(g.slotIdx) {
 		g.slotIdx = append(g.slotIdx, 0)
 	}
 	k := int32(len(g.ships))
 	g.slotIdx[slot] = k
-	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, next: g.head[c], id: id, sunk: sunk})
+	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, next: g.head[c], box: b, id: id, sunk: sunk})
 	g.head[c] = k
 }
 

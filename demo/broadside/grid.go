@@ -1,9 +1,10 @@
 package broadside
 
 // grid is a sector's uniform spatial grid. Ships are bucketed into it once
-// per tick (a counting sort: deterministic order, no allocation after the
-// first ticks) so that each cannonball tests only the ships of the few cells
-// its path touches. Islands are bucketed once, at creation. Points outside
+// per tick (a list per cell, threaded through the ships' entries: work in
+// proportion to the ships, not the cells, and no allocation after the first
+// ticks) so that each cannonball tests only the ships of the few cells its
+// path touches. Islands are bucketed once, at creation. Points outside
 // the grid are clamped to its edge cells, so nothing is ever missed, only
 // searched more slowly.
 type grid struct {
@@ -11,12 +12,14 @@ type grid struct {
 	shift  uint  // cell side is 1<<shift mm
 	nx, ny int
 
-	// Ships of the current tick, sorted by cell: cell c holds entries
-	// start[c] to start[c+1]-1.
-	start  []int32
-	ships  []gridShip // in the order added
-	sorted []gridShip // by cell
-	counts []int32
+	// Ships of the current tick, in the order added, and bucketed by
+	// cell: cell c's ships are ships[head[c]], ships[ships[head[c]].next],
+	// … to -1 (the last added first). head is -1 for every cell but those
+	// of this tick's ships; reset sets theirs back, so neither building nor
+	// emptying the buckets visits the ~4,000 cells. The order in a cell is
+	// not seen: touching sorts what it finds by position and id.
+	head  []int32
+	ships []gridShip
 
 	// Islands (inflated by ShipRadius) overlapping each cell.
 	islStart []int32
@@ -56,6 +59,8 @@ type grid struct {
 type gridShip struct {
 	slot int32
 	x, y int32
+	next int32   // the index in ships of the cell's previous ship, or -1
+	box  fineBox // shipBox(x, y), the cells it marked in occ
 	id   uint64
 	sunk bool // a wreck, or sunk by an earlier ball of this tick
 }
@@ -72,8 +77,10 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 	}
 	cell := int64(1) << shift
 	g := &grid{x0: x0, y0: y0, shift: shift, nx: int((w + cell - 1) / cell), ny: int((h + cell - 1) / cell)}
-	g.start = make([]int32, g.nx*g.ny+1)
-	g.counts = make([]int32, g.nx*g.ny)
+	g.head = make([]int32, g.nx*g.ny)
+	for c := range g.head {
+		g.head[c] = -1
+	}
 	// Islands: bounding boxes inflated by the ship radius.
 	perCell := make([][]int32, g.nx*g.ny)
 	for k, is := range islands {
@@ -202,6 +209,12 @@ func (g *grid) shipBox(x, y int32) fineBox {
 func markTwice(g *grid, one, two []uint64, b fineBox) {
 	for cy := int(b.y0); cy <= int(b.y1); cy++ {
 		c0, c1 := cy*g.fnx+int(b.x0), cy*g.fnx+int(b.x1)
+		if w := c0 >> 6; w == c1>>6 { // most rows of a ship's box: one word
+			m := ^uint64(0) << (uint(c0) & 63) & (^uint64(0) >> (63 - uint(c1)&63))
+			two[w] |= one[w] & m
+			one[w] |= m
+			continue
+		}
 		for w := c0 >> 6; w <= c1>>6; w++ {
 			m := ^uint64(0)
 			if w == c0>>6 {
@@ -283,7 +296,7 @@ func (g *grid) ownerBox(slot int32, id uint64) (fineBox, bool) {
 		return fineBox{}, false
 	}
 	if sh := &g.ships[k]; sh.slot == slot && sh.id == id {
-		return g.shipBox(sh.x, sh.y), true
+		return sh.box, true
 	}
 	return fineBox{}, false
 }
@@ -330,46 +343,30 @@ func (g *grid) offIslands(x0, y0, x1, y1 int64) bool {
 	return g.islSat[(cy1+1)*w+cx1+1]-g.islSat[cy0*w+cx1+1]-g.islSat[(cy1+1)*w+cx0]+g.islSat[cy0*w+cx0] == 0
 }
 
-// reset empties the ship buckets.
+// reset empties the ship buckets: the cells of the last tick's ships.
 func (g *grid) reset() {
-	clear(g.counts)
+	for k := range g.ships {
+		cx, cy := g.cellXY(int64(g.ships[k].x), int64(g.ships[k].y))
+		g.head[cy*g.nx+cx] = -1
+	}
 	clear(g.occ)
 	clear(g.occ2)
 	g.ships = g.ships[:0]
 }
 
-// add counts a ship; call place after all adds.
+// add buckets a ship; the grid is ready for hit tests after the last.
 func (g *grid) add(slot int, x, y int32, id uint64, sunk bool) {
 	cx, cy := g.cellXY(int64(x), int64(y))
-	g.counts[cy*g.nx+cx]++
-	markTwice(g, g.occ, g.occ2, g.shipBox(x, y))
+	c := cy*g.nx + cx
+	b := g.shipBox(x, y)
+	markTwice(g, g.occ, g.occ2, b)
 	for slot >= len(g.slotIdx) {
 		g.slotIdx = append(g.slotIdx, 0)
 	}
-	g.slotIdx[slot] = int32(len(g.ships))
-	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, id: id, sunk: sunk})
-}
-
-// place sorts the added ships into their cells (stable: slot order within
-// a cell; hit tests do not depend on it).
-func (g *grid) place() {
-	sum := int32(0)
-	for c, n := range g.counts {
-		g.start[c] = sum
-		sum += n
-	}
-	g.start[len(g.counts)] = sum
-	if cap(g.sorted) < len(g.ships) {
-		g.sorted = make([]gridShip, len(g.ships), cap(g.ships))
-	}
-	g.sorted = g.sorted[:len(g.ships)]
-	copy(g.counts, g.start[:len(g.counts)]) // counts becomes each cell's fill cursor
-	for _, s := range g.ships {
-		cx, cy := g.cellXY(int64(s.x), int64(s.y))
-		c := cy*g.nx + cx
-		g.sorted[g.counts[c]] = s
-		g.counts[c]++
-	}
+	k := int32(len(g.ships))
+	g.slotIdx[slot] = k
+	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, next: g.head[c], box: b, id: id, sunk: sunk})
+	g.head[c] = k
 }
 
 // pathTouch is a ship a cannonball's path touches; along orders the ships
@@ -394,8 +391,8 @@ func (g *grid) touching(ax, ay, bx, by int64, skip uint64, out []pathTouch) []pa
 	for cy := cy0; cy <= cy1; cy++ {
 		for cx := cx0; cx <= cx1; cx++ {
 			c := cy*g.nx + cx
-			for k := g.start[c]; k < g.start[c+1]; k++ {
-				s := &g.sorted[k]
+			for k := g.head[c]; k >= 0; k = g.ships[k].next {
+				s := &g.ships[k]
 				if s.id == skip {
 					continue
 				}

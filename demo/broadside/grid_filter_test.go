@@ -24,6 +24,10 @@ func TestGridPrefilters(t *testing.T) {
 			islands = append(islands, Island{X: int32(coord(r.X0, r.X1)), Y: int32(coord(r.Y0, r.Y1)), Radius: int32(20_000 + rng.IntN(200_000))})
 		}
 		g := newGrid(r, margin, islands)
+		// A tick of other ships first: reset must empty their buckets.
+		for i := range rng.IntN(300) {
+			g.add(i, int32(coord(r.X0, r.X1)), int32(coord(r.Y0, r.Y1)), uint64(1000+i), false)
+		}
 		g.reset()
 		type ship struct{ x, y int64 }
 		var ships []ship
@@ -36,7 +40,6 @@ func TestGridPrefilters(t *testing.T) {
 			ships = append(ships, s)
 			g.add(i, int32(s.x), int32(s.y), uint64(i+1), rng.IntN(4) == 0)
 		}
-		g.place()
 		for k := range 4000 {
 			ax, ay := coord(r.X0, r.X1), coord(r.Y0, r.Y1)
 			owner := -1

@@ -485,7 +485,6 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 		}
 		s.addToGrid(i)
 	}
-	s.grid.place()
 }
 
 // moveShip applies one tick of the player's controls to ship i: speed,

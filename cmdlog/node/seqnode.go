@@ -72,7 +72,17 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 		"last_started_view", r.LastStartedView(), "wal_ops", len(ops))
 	proxy := coordinatorProxy{c: cfg.Coordinator, timeout: 5 * time.Second, log: log}
 	view, role := uint64(0), seq.RoleNone
-	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: r.Tick, Mu: new(sync.Mutex), Ready: func() error {
+	// In memory durability a link's reader steps the replica itself when
+	// it is free (Driver.Mu): no hand-off. In fsync durability every round
+	// syncs the WAL, and a reader stepping each message in a round of its
+	// own would sync once per message instead of once per batch of the
+	// messages that arrived during the previous sync (measured: the
+	// 1-appender mean 590 -> 1005 µs), so there the loop steps them.
+	var mu *sync.Mutex
+	if cfg.Core.Durability != seq.Fsync {
+		mu = new(sync.Mutex)
+	}
+	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: r.Tick, Mu: mu, Ready: func() error {
 		rd := r.Ready()
 		if len(rd.Persist) > 0 {
 			// A failed WAL write (ENOSPC, EIO) is retried, not fatal: the

@@ -173,22 +173,14 @@ func (c *Client) call(ctx context.Context, r request) (result, error) {
 	}
 	r.reply = make(chan result, 1)
 	r.start = time.Now()
-	if c.stepInline(r) {
+	if !c.stepInline(r) {
 		select {
-		case res := <-r.reply:
-			return res, res.err
+		case c.reqs <- r:
 		case <-ctx.Done():
 			return result{}, ctx.Err()
 		case <-c.done:
 			return result{}, ErrClosed
 		}
-	}
-	select {
-	case c.reqs <- r:
-	case <-ctx.Done():
-		return result{}, ctx.Err()
-	case <-c.done:
-		return result{}, ErrClosed
 	}
 	select {
 	case res := <-r.reply:

@@ -361,8 +361,8 @@ func (m *Mesh) sendOn(l *link, mm msg.Message) bool {
 	l.mu.Unlock()
 
 	err := codec.EncodeTo(mm, func(b []byte) error {
-		if len(b) > MaxFrameSize {
-			return fmt.Errorf("mesh: a message of %d bytes, over MaxFrameSize: %w", len(b), codec.ErrTooLarge)
+		if err := checkFrame(b); err != nil {
+			return err
 		}
 		l.frame = binary.BigEndian.AppendUint32(l.frame[:0], uint32(len(b)))
 		l.frame = append(l.frame, b...)
@@ -398,6 +398,15 @@ func (m *Mesh) sendOn(l *link, mm msg.Message) bool {
 	l.mu.Unlock()
 	l.kick()
 	return true
+}
+
+// checkFrame refuses an encoded message the peer would refuse (and close
+// the link for): over MaxFrameSize.
+func checkFrame(b []byte) error {
+	if len(b) > MaxFrameSize {
+		return fmt.Errorf("mesh: a message of %d bytes, over MaxFrameSize: %w", len(b), codec.ErrTooLarge)
+	}
+	return nil
 }
 
 func (l *link) kick() {
@@ -604,8 +613,8 @@ func (m *Mesh) writeLoop(l *link) {
 	defer m.removeLink(l)
 	var batch []msg.Message
 	bufferFrame := func(b []byte) error {
-		if len(b) > MaxFrameSize {
-			return fmt.Errorf("mesh: a message of %d bytes, over MaxFrameSize: %w", len(b), codec.ErrTooLarge)
+		if err := checkFrame(b); err != nil {
+			return err
 		}
 		return l.st.BufferFrame(b)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/anoptic/broadside/cmdlog"
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/replay"
+	"github.com/anoptic/broadside/replay/world"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // tickLog is an in-memory world log whose first failTails tail checks
@@ -51,38 +53,18 @@ func TestTickerRestartsAndOverlaps(t *testing.T) {
 	js := startNATS(t)()
 	log := &tickLog{MemLog: replay.NewMemLog()}
 	log.failTails.Store(3)
-	l1, err := OpenTickerLeases(ctxT(t), js, LeasesConfig{World: 1, Worker: "t1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l1, stop1 := startTicker(t, js, "t1", 0, TickerConfig{Log: log})
 	if l1.TTL() != DefaultTickerTTL {
 		t.Fatalf("ticker lease TTL %v, want %v", l1.TTL(), DefaultTickerTTL)
 	}
-	ctx1, stop1 := context.WithCancel(context.Background())
-	done1 := make(chan struct{})
-	go func() {
-		defer close(done1)
-		_ = RunTicker(ctx1, TickerConfig{World: 1, Log: log, Leases: l1, Rate: 30, Logger: quiet()})
-	}()
 	waitFor(t, "30 ticks after the log's first failures", func() bool { return log.ticks() >= 30 })
 
-	l2, err := OpenTickerLeases(ctxT(t), js, LeasesConfig{World: 1, Worker: "t2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx2, stop2 := context.WithCancel(context.Background())
-	done2 := make(chan struct{})
-	go func() {
-		defer close(done2)
-		_ = RunTicker(ctx2, TickerConfig{World: 1, Log: log, Leases: l2, Rate: 30, Logger: quiet()})
-	}()
-	defer func() { stop2(); <-done2 }()
+	l2, _ := startTicker(t, js, "t2", 0, TickerConfig{Log: log})
 	time.Sleep(200 * time.Millisecond)
 	if w, _, _ := l1.Owner(ctxT(t), TickerLease); w != "t1" {
 		t.Fatalf("the Ticker's lease moved to %q while t1 renewed it", w)
 	}
 	stop1()
-	<-done1
 	before, at := log.ticks(), time.Now()
 	waitFor(t, "t2 holding the Ticker's lease", func() bool { w, _, _ := l2.Owner(ctxT(t), TickerLease); return w == "t2" })
 	waitFor(t, "30 more ticks", func() bool { return log.ticks() >= before+30 })
@@ -91,26 +73,13 @@ func TestTickerRestartsAndOverlaps(t *testing.T) {
 	}
 	// Every marker id is stored once (the MemLog dedups by id like the
 	// log): the ticks are dense from 1.
-	seen := map[uint64]bool{}
-	for _, e := range log.Entries(1) {
-		if e.Record.ID.Client == replay.TickerClientID(1) {
-			if seen[e.Record.ID.Seq] {
-				t.Fatalf("tick %d stored twice", e.Record.ID.Seq)
-			}
-			seen[e.Record.ID.Seq] = true
-		}
-	}
-	for n := uint64(1); n <= uint64(len(seen)); n++ {
-		if !seen[n] {
-			t.Fatalf("tick %d missing of %d", n, len(seen))
-		}
-	}
+	checkTicksOnce(t, log)
 }
 
 // deadLog is the world log as one process sees it: after kill, every
 // append fails (the process died; what it appended before stays).
 type deadLog struct {
-	*tickLog
+	world.Log
 	dead atomic.Bool
 }
 
@@ -118,7 +87,7 @@ func (l *deadLog) AppendWithID(ctx context.Context, id msg.RecordID, data []byte
 	if l.dead.Load() {
 		return replay.ErrLogClosed
 	}
-	return l.tickLog.AppendWithID(ctx, id, data)
+	return l.Log.AppendWithID(ctx, id, data)
 }
 
 func (l *deadLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
@@ -150,37 +119,17 @@ func TestTickerStandbyBridgesADeadHolder(t *testing.T) {
 		t.Run(fmt.Sprintf("standby=%v", standby), func(t *testing.T) {
 			connect := startNATS(t)
 			log := &tickLog{MemLog: replay.NewMemLog()}
-			holderLog := &deadLog{tickLog: log}
+			holderLog := &deadLog{Log: log}
 			js1 := connect()
 			const ttl = 2 * time.Second
-			l1, err := OpenTickerLeases(ctxT(t), js1, LeasesConfig{World: 1, Worker: "t1", TTL: ttl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx1, stop1 := context.WithCancel(context.Background())
-			done1 := make(chan struct{})
-			go func() {
-				defer close(done1)
-				_ = RunTicker(ctx1, TickerConfig{World: 1, Log: holderLog, Leases: l1, Rate: 30, Logger: quiet()})
-			}()
-			defer func() { stop1(); <-done1 }()
+			l1, _ := startTicker(t, js1, "t1", ttl, TickerConfig{Log: holderLog})
 			waitFor(t, "t1 holding the Ticker's lease", func() bool { w, _, _ := l1.Owner(ctxT(t), TickerLease); return w == "t1" })
 
-			l2, err := OpenTickerLeases(ctxT(t), connect(), LeasesConfig{World: 1, Worker: "t2"})
-			if err != nil {
-				t.Fatal(err)
-			}
 			grace := time.Duration(0)
 			if !standby {
 				grace = -1
 			}
-			ctx2, stop2 := context.WithCancel(context.Background())
-			done2 := make(chan struct{})
-			go func() {
-				defer close(done2)
-				_ = RunTicker(ctx2, TickerConfig{World: 1, Log: log, Leases: l2, Rate: 30, Logger: quiet(), Grace: grace})
-			}()
-			defer func() { stop2(); <-done2 }()
+			l2, _ := startTicker(t, connect(), "t2", 0, TickerConfig{Log: log, Grace: grace})
 			waitFor(t, "30 ticks", func() bool { return log.ticks() >= 30 })
 
 			// t1 dies: its appends fail, its NATS connection is gone.
@@ -199,20 +148,7 @@ func TestTickerStandbyBridgesADeadHolder(t *testing.T) {
 				t.Fatalf("%d ticks stored before the lease was claimed with no standby", bridged)
 			}
 			waitFor(t, "30 ticks after the claim", func() bool { return log.maxTick() >= claimedAt+30 })
-			seen := map[uint64]bool{}
-			for _, e := range log.Entries(1) {
-				if e.Record.ID.Client == replay.TickerClientID(1) {
-					if seen[e.Record.ID.Seq] {
-						t.Fatalf("tick %d stored twice", e.Record.ID.Seq)
-					}
-					seen[e.Record.ID.Seq] = true
-				}
-			}
-			for n := uint64(1); n <= uint64(len(seen)); n++ {
-				if !seen[n] {
-					t.Fatalf("tick %d missing of %d", n, len(seen))
-				}
-			}
+			checkTicksOnce(t, log)
 		})
 	}
 }
@@ -255,24 +191,6 @@ func (l *timedLog) interval(n uint64) time.Duration {
 	return b.Sub(a)
 }
 
-// holderLog is a timedLog whose appends fail once dead.
-type holderLog struct {
-	*timedLog
-	dead atomic.Bool
-}
-
-func (l *holderLog) AppendWithID(ctx context.Context, id msg.RecordID, data []byte) error {
-	if l.dead.Load() {
-		return replay.ErrLogClosed
-	}
-	return l.timedLog.AppendWithID(ctx, id, data)
-}
-
-func (l *holderLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
-	done(l.AppendWithID(ctx, id, data))
-	return nil
-}
-
 // TestSecondTickerTicksOnWhenTheHolderDies: t2, not holding the Ticker's
 // lease, holds the second Ticker's (TickerSecondLease) and appends every
 // marker on the holder's shared schedule; when the holder t1 dies (2 s
@@ -284,32 +202,11 @@ func TestSecondTickerTicksOnWhenTheHolderDies(t *testing.T) {
 		t.Run(fmt.Sprintf("second=%v", second), func(t *testing.T) {
 			connect := startNATS(t)
 			log := &timedLog{tickLog: &tickLog{MemLog: replay.NewMemLog()}, arrived: map[uint64]time.Time{}}
-			hlog := &holderLog{timedLog: log}
+			hlog := &deadLog{Log: log}
 			js1 := connect()
-			const ttl = 2 * time.Second
-			l1, err := OpenTickerLeases(ctxT(t), js1, LeasesConfig{World: 1, Worker: "t1", TTL: ttl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx1, stop1 := context.WithCancel(context.Background())
-			done1 := make(chan struct{})
-			go func() {
-				defer close(done1)
-				_ = RunTicker(ctx1, TickerConfig{World: 1, Log: hlog, Leases: l1, Rate: 30, Logger: quiet(), NoSecondTicker: true})
-			}()
-			defer func() { stop1(); <-done1 }()
+			l1, _ := startTicker(t, js1, "t1", 2*time.Second, TickerConfig{Log: hlog, NoSecondTicker: true})
 			waitFor(t, "t1 holding the Ticker's lease", func() bool { w, _, _ := l1.Owner(ctxT(t), TickerLease); return w == "t1" })
-			l2, err := OpenTickerLeases(ctxT(t), connect(), LeasesConfig{World: 1, Worker: "t2"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx2, stop2 := context.WithCancel(context.Background())
-			done2 := make(chan struct{})
-			go func() {
-				defer close(done2)
-				_ = RunTicker(ctx2, TickerConfig{World: 1, Log: log, Leases: l2, Rate: 30, Logger: quiet(), NoSecondTicker: !second})
-			}()
-			defer func() { stop2(); <-done2 }()
+			l2, _ := startTicker(t, connect(), "t2", 0, TickerConfig{Log: log, NoSecondTicker: !second})
 			if second {
 				waitFor(t, "t2 holding the second Ticker's lease", func() bool { w, _, _ := l2.Owner(ctxT(t), TickerSecondLease); return w == "t2" })
 			}
@@ -335,20 +232,50 @@ func TestSecondTickerTicksOnWhenTheHolderDies(t *testing.T) {
 			if second && stall > period+period/2+max(quietMax-period, 0) {
 				t.Fatalf("the longest tick interval after the holder's death is %v, over 1.5 periods plus the quiet jitter (quiet max %v): the second Ticker left a gap", stall, quietMax)
 			}
-			seen := map[uint64]bool{}
-			for _, e := range log.Entries(1) {
-				if e.Record.ID.Client == replay.TickerClientID(1) {
-					if seen[e.Record.ID.Seq] {
-						t.Fatalf("tick %d stored twice", e.Record.ID.Seq)
-					}
-					seen[e.Record.ID.Seq] = true
-				}
-			}
-			for n := uint64(1); n <= uint64(len(seen)); n++ {
-				if !seen[n] {
-					t.Fatalf("tick %d missing of %d", n, len(seen))
-				}
-			}
+			checkTicksOnce(t, log.tickLog)
 		})
 	}
+}
+
+// checkTicksOnce fails t unless every tick marker of world 1 in log is
+// stored once and the ticks are dense from 1 (the MemLog dedups by id
+// like the log).
+func checkTicksOnce(t *testing.T, log *tickLog) {
+	t.Helper()
+	seen := map[uint64]bool{}
+	for _, e := range log.Entries(1) {
+		if e.Record.ID.Client == replay.TickerClientID(1) {
+			if seen[e.Record.ID.Seq] {
+				t.Fatalf("tick %d stored twice", e.Record.ID.Seq)
+			}
+			seen[e.Record.ID.Seq] = true
+		}
+	}
+	for n := uint64(1); n <= uint64(len(seen)); n++ {
+		if !seen[n] {
+			t.Fatalf("tick %d missing of %d", n, len(seen))
+		}
+	}
+}
+
+// startTicker runs worker's RunTicker with cfg (world 1 at 30 Hz, on
+// Ticker leases of length ttl, 0 the default, opened on js) until stop
+// or the end of the test; it returns the worker's leases.
+func startTicker(t *testing.T, js jetstream.JetStream, worker string, ttl time.Duration, cfg TickerConfig) (l *Leases, stop func()) {
+	t.Helper()
+	l, err := OpenTickerLeases(ctxT(t), js, LeasesConfig{World: 1, Worker: worker, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.World, cfg.Leases, cfg.Rate, cfg.Logger = 1, l, 30, quiet()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = RunTicker(ctx, cfg)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return l, stop
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog/dedup"
 	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/rtt"
 )
 
 // Config parameterises a Client.
@@ -134,36 +135,6 @@ type round struct {
 // recordCost is the bytes a record counts for in the message caps.
 func recordCost(data []byte) int { return len(data) + 32 }
 
-// rttEstimator keeps a smoothed round-trip time in ticks (Jacobson and
-// Karels, as TCP does).
-type rttEstimator struct {
-	srtt8, rttvar4 int64 // smoothed RTT x 8, mean deviation x 4
-	samples        int
-}
-
-func (e *rttEstimator) observe(sample int64) {
-	sample = max(sample, 1)
-	if e.samples == 0 {
-		e.srtt8, e.rttvar4 = sample<<3, sample<<1
-	} else {
-		d := sample - e.srtt8>>3
-		e.srtt8 += d
-		if d < 0 {
-			d = -d
-		}
-		e.rttvar4 += d - e.rttvar4>>2
-	}
-	e.samples++
-}
-
-// timeout is the retransmission timeout: srtt + 4 rttvar, at least floor.
-func (e *rttEstimator) timeout(floor int64) int64 {
-	if e.samples == 0 {
-		return floor
-	}
-	return max(floor, e.srtt8>>3+e.rttvar4)
-}
-
 type pendingRead struct {
 	req    msg.Read
 	shard  msg.NodeID
@@ -213,7 +184,7 @@ type Client struct {
 	inflightBytes int
 	// rtt measures how long replicas take to acknowledge (first attempts
 	// only): retries wait for it rather than a fixed timeout.
-	rtt rttEstimator
+	rtt rtt.Estimator
 	// completing is scratch space for onAck.
 	completing []*pendingAppend
 	// byID indexes the pending appends by record id (own and foreign
@@ -522,7 +493,7 @@ func (c *Client) sendBatch(batch []*pendingAppend, to []msg.NodeID) {
 func (c *Client) Tick() {
 	c.now++
 	retry := int64(c.cfg.RetryTicks)
-	rto := c.rtt.timeout(int64(c.cfg.AppendRetryTicks))
+	rto := c.rtt.Timeout(int64(c.cfg.AppendRetryTicks))
 	if c.coordReq != 0 && c.now-c.coordAt > retry {
 		c.requestView()
 	}
@@ -666,7 +637,7 @@ func (c *Client) settle(p *pendingAppend, unknown bool) {
 		c.settleOwn(p.rec.ID.Seq)
 	}
 	if p.attempts == 1 && !unknown {
-		c.rtt.observe(c.now - p.sentAt)
+		c.rtt.Observe(c.now - p.sentAt)
 	}
 	if rd, ok := c.rounds[p.round]; ok {
 		cost := recordCost(p.rec.Data)

@@ -26,38 +26,6 @@ type batch struct {
 	sentAt int64
 }
 
-// rttEstimator keeps a smoothed round-trip time in ticks (Jacobson and
-// Karels, as TCP does), so that retransmissions wait for what the peers
-// currently take instead of a fixed timeout: under load, a fixed timeout
-// resends batches that are only queued, and the resends add to the load.
-type rttEstimator struct {
-	srtt8, rttvar4 int64 // smoothed RTT x 8, mean deviation x 4
-	samples        int
-}
-
-func (e *rttEstimator) observe(sample int64) {
-	sample = max(sample, 1)
-	if e.samples == 0 {
-		e.srtt8, e.rttvar4 = sample<<3, sample<<1
-	} else {
-		d := sample - e.srtt8>>3
-		e.srtt8 += d
-		if d < 0 {
-			d = -d
-		}
-		e.rttvar4 += d - e.rttvar4>>2
-	}
-	e.samples++
-}
-
-// timeout is the retransmission timeout: srtt + 4 rttvar, at least floor.
-func (e *rttEstimator) timeout(floor int64) int64 {
-	if e.samples == 0 {
-		return floor
-	}
-	return max(floor, e.srtt8>>3+e.rttvar4)
-}
-
 // maxBackoff caps the doublings of a retransmission interval, so that a
 // peer that comes back (a restarted shard) is served again soon.
 const maxBackoff = 3
@@ -81,7 +49,7 @@ func (r *Replica) tickLeader() {
 		}
 	}
 	// Retransmit unacknowledged batch traffic.
-	rto := r.rtt.timeout(int64(r.cfg.RetryTicks))
+	rto := r.rtt.Timeout(int64(r.cfg.RetryTicks))
 	for _, b := range r.batches {
 		// Links are reliable streams: a retransmission covers a reset link
 		// or a slow peer, so wait for the measured round trip and back off
@@ -251,7 +219,7 @@ func (r *Replica) advance() {
 			}
 			b.stored = true
 			if b.resends == 0 {
-				r.rtt.observe(r.now - b.sentAt)
+				r.rtt.Observe(r.now - b.sentAt)
 			}
 		}
 		if !b.gcSent {
@@ -299,7 +267,7 @@ func (r *Replica) advance() {
 			break
 		}
 		if b.resends == 0 {
-			r.rtt.observe(r.now - b.gcAt)
+			r.rtt.Observe(r.now - b.gcAt)
 		}
 		r.setStable(b.to)
 		r.batches = r.batches[1:]

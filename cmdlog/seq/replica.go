@@ -12,6 +12,7 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog/dedup"
 	"github.com/anoptic/broadside/cmdlog/msg"
+	"github.com/anoptic/broadside/cmdlog/rtt"
 )
 
 // Replica is one sequencing replica.
@@ -58,7 +59,7 @@ type Replica struct {
 	// finding out when a retry times out.
 	clients map[msg.NodeID]int64
 	// rtt measures the shards' and followers' round trips.
-	rtt             rttEstimator
+	rtt             rtt.Estimator
 	batchCounter    uint64
 	peerContact     map[msg.NodeID]int64
 	lastHeartbeat   int64

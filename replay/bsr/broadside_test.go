@@ -81,17 +81,8 @@ func playMatch(t testing.TB, cfg broadside.Config, players uint32, ticks uint64,
 	}
 	for n := uint64(1); n <= ticks; n++ {
 		for p := uint32(1); p <= players; p++ {
-			switch phase := (n + uint64(p)) % 80; {
-			case n == 1:
-				command(p, broadside.Join())
-			case phase == 0:
-				command(p, broadside.Fire(broadside.Port))
-			case phase == 40:
-				command(p, broadside.Fire(broadside.Starboard))
-			case rng.IntN(10) == 0:
-				command(p, broadside.Rudder(int8(rng.IntN(201)-100)))
-			case rng.IntN(30) == 0:
-				command(p, broadside.Throttle(int8(30+rng.IntN(71))))
+			if c, ok := scriptedCommand(rng, n, p); ok {
+				command(p, c)
 			}
 		}
 		if n%97 == 0 && n < ticks {
@@ -385,4 +376,23 @@ func TestBroadsideFromTick(t *testing.T) {
 	if res, err := bsr.Verify(context.Background(), r, m.newSim, nil); err != nil || !res.OK || res.Ticks != 150 {
 		t.Fatalf("%v %+v", err, res)
 	}
+}
+
+// scriptedCommand is what player p of a synthetic match does at tick:
+// join at tick 1, fire a broadside every 40 ticks, and now and then turn
+// the rudder or set the throttle (ok false: nothing this tick).
+func scriptedCommand(rng *rand.Rand, tick uint64, p uint32) (broadside.PlayerCommand, bool) {
+	switch phase := (tick + uint64(p)) % 80; {
+	case tick == 1:
+		return broadside.Join(), true
+	case phase == 0:
+		return broadside.Fire(broadside.Port), true
+	case phase == 40:
+		return broadside.Fire(broadside.Starboard), true
+	case rng.IntN(10) == 0:
+		return broadside.Rudder(int8(rng.IntN(201) - 100)), true
+	case rng.IntN(30) == 0:
+		return broadside.Throttle(int8(30 + rng.IntN(71))), true
+	}
+	return broadside.PlayerCommand{}, false
 }

@@ -97,17 +97,8 @@ func playFencedMatch(t testing.TB, cfg broadside.Config, players uint32, ticks u
 			staleNext[s] = true
 		}
 		for p := uint32(1); p <= players; p++ {
-			switch phase := (tick + uint64(p)) % 80; {
-			case tick == 1:
-				command(p, broadside.Join())
-			case phase == 0:
-				command(p, broadside.Fire(broadside.Port))
-			case phase == 40:
-				command(p, broadside.Fire(broadside.Starboard))
-			case rng.IntN(10) == 0:
-				command(p, broadside.Rudder(int8(rng.IntN(201)-100)))
-			case rng.IntN(30) == 0:
-				command(p, broadside.Throttle(int8(30+rng.IntN(71))))
+			if c, ok := scriptedCommand(rng, tick, p); ok {
+				command(p, c)
 			}
 		}
 		appendEntry(msg.RecordID{}, wire.EncodeEnvelope(nil, wire.Envelope{Kind: wire.EnvelopeTick, Tick: tick}))

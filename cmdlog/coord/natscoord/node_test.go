@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/anoptic/broadside/netcode/transport"
@@ -44,13 +45,7 @@ func TestStartNodeCluster(t *testing.T) {
 		}
 		nodes = append(nodes, n)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !(nodes[0].JetStreamReady() && nodes[1].JetStreamReady() && nodes[2].JetStreamReady()) {
-		if time.Now().After(deadline) {
-			t.Fatal("no JetStream meta leader after 30 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitJetStream(t, nodes, "after 30 s")
 	if r := nodes[0].RouteCount(); r < 2 {
 		t.Fatalf("node 1 has %d routes, want 2 (it must not route to itself)", r)
 	}
@@ -60,14 +55,7 @@ func TestStartNodeCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.CreateKeyValue(opCtx(t), jetstream.KeyValueConfig{Bucket: "node-test", Replicas: 3, Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := r3Bucket(t, nc, "node-test")
 	if _, err := kv.Put(opCtx(t), "k", []byte("v1")); err != nil {
 		t.Fatal(err)
 	}
@@ -124,26 +112,13 @@ func TestStartNodeRouteTLS(t *testing.T) {
 		}
 		nodes = append(nodes, n)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !(nodes[0].JetStreamReady() && nodes[1].JetStreamReady() && nodes[2].JetStreamReady()) {
-		if time.Now().After(deadline) {
-			t.Fatal("no JetStream meta leader over TLS routes after 30 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitJetStream(t, nodes, "over TLS routes after 30 s")
 	nc, err := Connect(fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), ConnOptions{CAFile: filepath.Join(dir, "tls", transport.DevCACertFile)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.CreateKeyValue(opCtx(t), jetstream.KeyValueConfig{Bucket: "route-tls", Replicas: 3, Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := r3Bucket(t, nc, "route-tls")
 	if _, err := kv.Put(opCtx(t), "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
@@ -171,4 +146,33 @@ func TestStartNodeRouteTLS(t *testing.T) {
 			t.Fatalf("outsider %d (route TLS %v) has %d routes; node 1 %d, before %d", i, rt != nil, got, nodes[0].RouteCount(), before)
 		}
 	}
+}
+
+// waitJetStream waits up to 30 s for every node to see a JetStream meta
+// leader (how ends the failure's message).
+func waitJetStream(t *testing.T, nodes []*Embedded, how string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range nodes {
+		for !n.JetStreamReady() {
+			if time.Now().After(deadline) {
+				t.Fatalf("no JetStream meta leader %s", how)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// r3Bucket creates a file-backed KV bucket of 3 replicas through nc.
+func r3Bucket(t *testing.T, nc *nats.Conn, name string) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(opCtx(t), jetstream.KeyValueConfig{Bucket: name, Replicas: 3, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }

@@ -15,19 +15,10 @@ import (
 	"github.com/anoptic/broadside/cmdlog/shard"
 	"github.com/anoptic/broadside/cmdlog/shardstore"
 	"github.com/anoptic/broadside/cmdlog/wal"
+	"github.com/anoptic/broadside/internal/pebbledb/pebbletest"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
-
-func diskFault(err error) *errorfs.Toggle {
-	return &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpRemoveAll &&
-			op.Kind != errorfs.OpLock && op.Kind != errorfs.OpFileClose {
-			return err
-		}
-		return nil
-	})}
-}
 
 // TestDiskFaultWithholdsAcknowledgements runs a cluster in fsync
 // durability on Pebble WALs and shard stores over errorfs. While the
@@ -54,11 +45,11 @@ func TestDiskFaultWithholdsAcknowledgements(t *testing.T) {
 		// changes: 1 s of silence before a suspicion.
 		Core: seq.Config{SuspectTicks: 500},
 		NewStorage: func(id msg.NodeID) (shard.Storage, error) {
-			shardDisk[id] = diskFault(syscall.EIO)
+			shardDisk[id] = pebbletest.FailingDisk(syscall.EIO)
 			return shardstore.Open("shard", shardstore.Options{FS: errorfs.Wrap(vfs.NewMem(), shardDisk[id]), Logger: quiet})
 		},
 		NewWAL: func(id msg.NodeID) (node.WAL, error) {
-			walDisk[id] = diskFault(syscall.ENOSPC)
+			walDisk[id] = pebbletest.FailingDisk(syscall.ENOSPC)
 			return wal.Open("wal", wal.Options{FS: errorfs.Wrap(vfs.NewMem(), walDisk[id]), Logger: quiet})
 		},
 	})

@@ -9,17 +9,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
-)
 
-func diskFault(err error) *errorfs.Toggle {
-	return &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpRemoveAll &&
-			op.Kind != errorfs.OpLock && op.Kind != errorfs.OpFileClose {
-			return err
-		}
-		return nil
-	})}
-}
+	"github.com/anoptic/broadside/internal/pebbledb/pebbletest"
+)
 
 // TestPutRangeOnFailingDisk: a lineage write on a disk failing with
 // ENOSPC or EIO returns an error (before the fix Pebble's fatal commit
@@ -29,7 +21,7 @@ func TestPutRangeOnFailingDisk(t *testing.T) {
 	ctx := context.Background()
 	for _, fault := range []error{syscall.ENOSPC, syscall.EIO} {
 		t.Run(fault.Error(), func(t *testing.T) {
-			disk := diskFault(fault)
+			disk := pebbletest.FailingDisk(fault)
 			s, err := OpenPebble("lineage", PebbleOptions{FS: errorfs.Wrap(vfs.NewMem(), disk), Logger: slog.New(slog.DiscardHandler), Sync: true})
 			if err != nil {
 				t.Fatal(err)

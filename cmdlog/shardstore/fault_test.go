@@ -7,19 +7,10 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/shard"
+	"github.com/anoptic/broadside/internal/pebbledb/pebbletest"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
-
-func diskFault(err error) *errorfs.Toggle {
-	return &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpRemoveAll &&
-			op.Kind != errorfs.OpLock && op.Kind != errorfs.OpFileClose {
-			return err
-		}
-		return nil
-	})}
-}
 
 func puts(from, to uint64) shard.Writes {
 	var w shard.Writes
@@ -37,7 +28,7 @@ func TestApplyOnFailingDisk(t *testing.T) {
 	for _, fault := range []error{syscall.ENOSPC, syscall.EIO} {
 		t.Run(fault.Error(), func(t *testing.T) {
 			mem := vfs.NewMem()
-			disk := diskFault(fault)
+			disk := pebbletest.FailingDisk(fault)
 			p, err := Open("shard", Options{FS: errorfs.Wrap(mem, disk), Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)

@@ -7,20 +7,10 @@ import (
 
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/cmdlog/seq"
+	"github.com/anoptic/broadside/internal/pebbledb/pebbletest"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
-
-// diskFault fails every write-path operation with err while on.
-func diskFault(err error) *errorfs.Toggle {
-	return &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpRemoveAll &&
-			op.Kind != errorfs.OpLock && op.Kind != errorfs.OpFileClose {
-			return err
-		}
-		return nil
-	})}
-}
 
 func records(seqs ...uint64) seq.PersistOp {
 	op := seq.PersistOp{Kind: seq.PersistRecords}
@@ -39,7 +29,7 @@ func TestAppendOnFailingDisk(t *testing.T) {
 	for _, fault := range []error{syscall.ENOSPC, syscall.EIO} {
 		t.Run(fault.Error(), func(t *testing.T) {
 			mem := vfs.NewMem()
-			disk := diskFault(fault)
+			disk := pebbletest.FailingDisk(fault)
 			w, err := Open("wal", Options{FS: errorfs.Wrap(mem, disk), Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)

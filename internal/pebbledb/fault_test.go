@@ -10,19 +10,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
-)
 
-// diskFull returns a toggled injector failing every write-path operation
-// with err (ENOSPC or EIO), as a full or failing disk does.
-func diskFull(err error) *errorfs.Toggle {
-	return &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpRemoveAll &&
-			op.Kind != errorfs.OpLock && op.Kind != errorfs.OpFileClose {
-			return err
-		}
-		return nil
-	})}
-}
+	"github.com/anoptic/broadside/internal/pebbledb/pebbletest"
+)
 
 // TestWriteFailureThenReopen: a synced write that fails with ENOSPC or EIO
 // is an error (not an exit or a panic), the instance refuses further
@@ -32,7 +22,7 @@ func TestWriteFailureThenReopen(t *testing.T) {
 	for _, fault := range []error{syscall.ENOSPC, syscall.EIO} {
 		t.Run(fault.Error(), func(t *testing.T) {
 			mem := vfs.NewMem()
-			full := diskFull(fault)
+			full := pebbletest.FailingDisk(fault)
 			db, err := Open("db", Options{FS: errorfs.Wrap(mem, full), Logger: slog.New(slog.DiscardHandler), Component: "test"})
 			if err != nil {
 				t.Fatal(err)

@@ -1,6 +1,11 @@
 package shard
 
-import "github.com/anoptic/broadside/cmdlog/msg"
+import (
+	"math"
+	"slices"
+
+	"github.com/anoptic/broadside/cmdlog/msg"
+)
 
 // Meta is the small persistent state of a shard besides its entries.
 type Meta struct {
@@ -69,4 +74,49 @@ type BatchApplier interface {
 // makes them durable too (the storage's log is sequential).
 type LazyApplier interface {
 	ApplyLazy(ws []Writes) error
+}
+
+// ScanChunk is how many entries an in-memory Storage copies under its lock
+// at a time in ScanInChunks.
+const ScanChunk = 128
+
+// ScanInChunks implements Scan for a store that holds its entries in
+// memory under a lock: chunk appends to buf (copies, with CopyEntry) up to
+// ScanChunk present entries with from <= Pos <= to, in ascending order,
+// taking and releasing the store's lock itself; fn is then called on them
+// without the lock, so fn may use the store. Entries applied while a scan
+// runs may or may not be visited.
+func ScanInChunks(from, to uint64, chunk func(from, to uint64, buf []msg.Entry) ([]msg.Entry, error), fn func(msg.Entry) bool) error {
+	buf := make([]msg.Entry, 0, ScanChunk)
+	for from <= to {
+		var err error
+		if buf, err = chunk(from, to, buf[:0]); err != nil {
+			return err
+		}
+		if len(buf) == 0 {
+			return nil
+		}
+		for _, e := range buf {
+			if !fn(e) {
+				return nil
+			}
+		}
+		last := buf[len(buf)-1].Pos
+		if last == math.MaxUint64 {
+			return nil
+		}
+		from = last + 1
+	}
+	return nil
+}
+
+// CopyEntry returns e with its own copy of the data (nil when empty), so
+// neither a store's caller nor the store can change the other's bytes.
+func CopyEntry(e msg.Entry) msg.Entry {
+	if len(e.Record.Data) == 0 {
+		e.Record.Data = nil
+	} else {
+		e.Record.Data = slices.Clone(e.Record.Data)
+	}
+	return e
 }

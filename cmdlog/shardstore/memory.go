@@ -63,41 +63,22 @@ func (m *Memory) Get(pos uint64) (msg.Entry, bool, error) {
 	if !ok {
 		return msg.Entry{}, false, nil
 	}
-	return copyEntry(m.entries[i]), true, nil
+	return shard.CopyEntry(m.entries[i]), true, nil
 }
 
-// scanChunk is how many entries Scan copies under the lock at a time.
-const scanChunk = 128
-
 // Scan calls fn for present entries with from <= Pos <= to in ascending order
-// until fn returns false.
+// until fn returns false. fn runs without the store's lock, so it may use
+// the store.
 func (m *Memory) Scan(from, to uint64, fn func(msg.Entry) bool) error {
-	buf := make([]msg.Entry, 0, scanChunk)
-	for from <= to {
-		// Copy a chunk under the lock, then call fn without it, so fn may
-		// use the store.
-		buf = buf[:0]
+	return shard.ScanInChunks(from, to, func(from, to uint64, buf []msg.Entry) ([]msg.Entry, error) {
 		m.mu.RLock()
+		defer m.mu.RUnlock()
 		i, _ := m.search(from)
-		for ; i < len(m.entries) && len(buf) < scanChunk && m.entries[i].Pos <= to; i++ {
-			buf = append(buf, copyEntry(m.entries[i]))
+		for ; i < len(m.entries) && len(buf) < shard.ScanChunk && m.entries[i].Pos <= to; i++ {
+			buf = append(buf, shard.CopyEntry(m.entries[i]))
 		}
-		m.mu.RUnlock()
-		if len(buf) == 0 {
-			return nil
-		}
-		for _, e := range buf {
-			if !fn(e) {
-				return nil
-			}
-		}
-		last := buf[len(buf)-1].Pos
-		if last == math.MaxUint64 {
-			return nil
-		}
-		from = last + 1
-	}
-	return nil
+		return buf, nil
+	}, fn)
 }
 
 // Meta returns the stored Meta (zero value if none was stored).
@@ -113,7 +94,7 @@ func (m *Memory) Apply(w shard.Writes) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range w.Puts {
-		e = copyEntry(e)
+		e = shard.CopyEntry(e)
 		i, found := m.search(e.Pos)
 		switch {
 		case found:
@@ -153,15 +134,4 @@ func (m *Memory) search(pos uint64) (int, bool) {
 		}
 		return 0
 	})
-}
-
-// copyEntry returns e with its own copy of the data (nil when empty), so
-// neither the caller nor the store can change the other's bytes.
-func copyEntry(e msg.Entry) msg.Entry {
-	if len(e.Record.Data) == 0 {
-		e.Record.Data = nil
-	} else {
-		e.Record.Data = slices.Clone(e.Record.Data)
-	}
-	return e
 }

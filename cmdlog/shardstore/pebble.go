@@ -330,32 +330,19 @@ func (p *Pebble) Apply(w shard.Writes) error {
 // returns when it is as durable as Options.Durability says: one sync for
 // the lot (a shard's round of steps is group-committed). The result is what
 // applying each in turn would give; a crash keeps all of it or none.
-func (p *Pebble) ApplyAll(ws []shard.Writes) error {
-	if err := p.beginWrite(); err != nil {
-		return fmt.Errorf("shardstore: apply: %w", err)
-	}
-	defer p.release()
-	b := p.db.NewBatch()
-	defer b.Close()
-	for i := range ws {
-		if err := fillBatch(b, &ws[i]); err != nil {
-			return fmt.Errorf("shardstore: apply: %w", err)
-		}
-	}
-	if b.Empty() {
-		return nil
-	}
-	if err := p.db.Apply(b, p.writeOpts); err != nil {
-		return fmt.Errorf("shardstore: apply: %w", err)
-	}
-	return nil
-}
+func (p *Pebble) ApplyAll(ws []shard.Writes) error { return p.applyBatch(ws, p.writeOpts) }
 
 var _ shard.BatchApplier = (*Pebble)(nil)
 
 // ApplyLazy writes ws as one batch without syncing it (shard.Writes.Lazy):
 // it becomes durable with the next synced batch.
-func (p *Pebble) ApplyLazy(ws []shard.Writes) error {
+func (p *Pebble) ApplyLazy(ws []shard.Writes) error { return p.applyBatch(ws, pebble.NoSync) }
+
+var _ shard.LazyApplier = (*Pebble)(nil)
+
+// applyBatch writes every Writes of ws, in order, as one Pebble batch
+// applied with opts.
+func (p *Pebble) applyBatch(ws []shard.Writes, opts *pebble.WriteOptions) error {
 	if err := p.beginWrite(); err != nil {
 		return fmt.Errorf("shardstore: apply: %w", err)
 	}
@@ -370,13 +357,11 @@ func (p *Pebble) ApplyLazy(ws []shard.Writes) error {
 	if b.Empty() {
 		return nil
 	}
-	if err := p.db.Apply(b, pebble.NoSync); err != nil {
+	if err := p.db.Apply(b, opts); err != nil {
 		return fmt.Errorf("shardstore: apply: %w", err)
 	}
 	return nil
 }
-
-var _ shard.LazyApplier = (*Pebble)(nil)
 
 func fillBatch(b *pebble.Batch, w *shard.Writes) error {
 	var val []byte

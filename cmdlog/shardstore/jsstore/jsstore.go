@@ -324,43 +324,25 @@ func (s *Store) Get(pos uint64) (msg.Entry, bool, error) {
 	if !ok {
 		return msg.Entry{}, false, nil
 	}
-	return copyEntry(s.entries[i].e), true, nil
+	return shard.CopyEntry(s.entries[i].e), true, nil
 }
-
-const scanChunk = 128
 
 // Scan calls fn for present entries with from <= Pos <= to in ascending
 // order until fn returns false. fn runs without the store's lock; entries
 // applied while a Scan runs may or may not be visited.
 func (s *Store) Scan(from, to uint64, fn func(msg.Entry) bool) error {
-	buf := make([]msg.Entry, 0, scanChunk)
-	for from <= to {
-		buf = buf[:0]
+	return shard.ScanInChunks(from, to, func(from, to uint64, buf []msg.Entry) ([]msg.Entry, error) {
 		s.mu.RLock()
+		defer s.mu.RUnlock()
 		if s.closed {
-			s.mu.RUnlock()
-			return fmt.Errorf("jsstore: scan %d..%d: %w", from, to, ErrClosed)
+			return nil, fmt.Errorf("jsstore: scan %d..%d: %w", from, to, ErrClosed)
 		}
 		i, _ := s.search(from)
-		for ; i < len(s.entries) && len(buf) < scanChunk && s.entries[i].e.Pos <= to; i++ {
-			buf = append(buf, copyEntry(s.entries[i].e))
+		for ; i < len(s.entries) && len(buf) < shard.ScanChunk && s.entries[i].e.Pos <= to; i++ {
+			buf = append(buf, shard.CopyEntry(s.entries[i].e))
 		}
-		s.mu.RUnlock()
-		if len(buf) == 0 {
-			return nil
-		}
-		for _, e := range buf {
-			if !fn(e) {
-				return nil
-			}
-		}
-		last := buf[len(buf)-1].Pos
-		if last == math.MaxUint64 {
-			return nil
-		}
-		from = last + 1
-	}
-	return nil
+		return buf, nil
+	}, fn)
 }
 
 // Meta returns the stored Meta (zero value if none was stored).
@@ -617,7 +599,7 @@ func (s *Store) purge() {
 // with mu held for writing (or during Open).
 func (s *Store) applyState(w *shard.Writes, group uint64) {
 	for _, e := range w.Puts {
-		sl := slot{e: copyEntry(e), group: group}
+		sl := slot{e: shard.CopyEntry(e), group: group}
 		i, found := s.search(e.Pos)
 		switch {
 		case found:
@@ -672,15 +654,6 @@ func nonEmpty(ws []shard.Writes) []shard.Writes {
 
 func metaOnly(w *shard.Writes) bool {
 	return w.Meta != nil && len(w.Puts) == 0 && !w.HasDeleteAbove && w.TrimTo == 0
-}
-
-func copyEntry(e msg.Entry) msg.Entry {
-	if len(e.Record.Data) == 0 {
-		e.Record.Data = nil
-	} else {
-		e.Record.Data = slices.Clone(e.Record.Data)
-	}
-	return e
 }
 
 // waitForLeader waits until st has a leader: a replicated stream just

@@ -120,16 +120,26 @@ func startLazylog(ctx context.Context, env Env, fsync bool) (_ System, err error
 			return w, nil
 		}
 	}
-	if l.lc, err = cmdlog.StartLocal(ctx, cfg); err != nil {
+	if err := l.start(ctx, cfg, "lazylog"); err != nil {
 		return nil, err
+	}
+	return l, nil
+}
+
+// start starts the cluster cfg describes and its client, and waits until
+// an append succeeds (name is the contender's, for the error).
+func (l *lazylog) start(ctx context.Context, cfg cmdlog.LocalConfig, name string) error {
+	var err error
+	if l.lc, err = cmdlog.StartLocal(ctx, cfg); err != nil {
+		return err
 	}
 	l.client = l.lc.NewClient(cmdlog.ClientConfig{})
 	// The first append waits for the view and the links; do it here.
 	if err := waitReady(ctx, l.client.Append); err != nil {
-		return nil, fmt.Errorf("lazylog: cluster not ready: %w", err)
+		return fmt.Errorf("%s: cluster not ready: %w", name, err)
 	}
 	l.lastViews = l.net.byKind[msg.KindStartView].Load() // the first view is no change
-	return l, nil
+	return nil
 }
 
 // waitReady appends until one append succeeds (bounded to 15 s).

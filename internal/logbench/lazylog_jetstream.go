@@ -80,14 +80,9 @@ func startLazylogJetStream(ctx context.Context, env Env) (_ System, err error) {
 			return st, nil
 		},
 	}
-	if l.lc, err = cmdlog.StartLocal(ctx, cfg); err != nil {
+	if err := l.start(ctx, cfg, "lazylog-jetstream"); err != nil {
 		return nil, err
 	}
-	l.client = l.lc.NewClient(cmdlog.ClientConfig{})
-	if err := waitReady(ctx, l.client.Append); err != nil {
-		return nil, fmt.Errorf("lazylog-jetstream: cluster not ready: %w", err)
-	}
-	l.lastViews = l.net.byKind[msg.KindStartView].Load()
 	return l, nil
 }
 

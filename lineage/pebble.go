@@ -117,7 +117,17 @@ func (p *PebbleStore) acquire(op string) (func(), error) {
 
 // PutRange implements Store: data and info are written in one batch.
 func (p *PebbleStore) PutRange(ctx context.Context, info RangeInfo, data []byte) error {
-	op := fmt.Sprintf("put range %d/%d", info.Shard, info.FirstTick)
+	return p.writeBatch(ctx, fmt.Sprintf("put range %d/%d", info.Shard, info.FirstTick), func(b *pebble.Batch) error {
+		if err := b.Set(pebRangeKey(pebPrefixData, info.Shard, info.FirstTick), data, nil); err != nil {
+			return err
+		}
+		return b.Set(pebRangeKey(pebPrefixInfo, info.Shard, info.FirstTick), appendInfo(nil, info), nil)
+	})
+}
+
+// writeBatch writes what fill puts in one batch, with the store's write
+// lock held and its durability (op names the operation in errors).
+func (p *PebbleStore) writeBatch(ctx context.Context, op string, fill func(*pebble.Batch) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lineage: %s: %w", op, err)
 	}
@@ -128,10 +138,7 @@ func (p *PebbleStore) PutRange(ctx context.Context, info RangeInfo, data []byte)
 	defer release()
 	b := p.db.NewBatch()
 	defer b.Close()
-	if err := b.Set(pebRangeKey(pebPrefixData, info.Shard, info.FirstTick), data, nil); err != nil {
-		return fmt.Errorf("lineage: %s: %w", op, err)
-	}
-	if err := b.Set(pebRangeKey(pebPrefixInfo, info.Shard, info.FirstTick), appendInfo(nil, info), nil); err != nil {
+	if err := fill(b); err != nil {
 		return fmt.Errorf("lineage: %s: %w", op, err)
 	}
 	if err := p.db.Apply(b, p.write); err != nil {
@@ -246,26 +253,14 @@ func (p *PebbleStore) GetRange(ctx context.Context, shard ShardID, firstTick uin
 
 // DeleteBefore implements Store with two range deletions in one batch.
 func (p *PebbleStore) DeleteBefore(ctx context.Context, shard ShardID, firstTick uint64) error {
-	op := fmt.Sprintf("delete before %d/%d", shard, firstTick)
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("lineage: %s: %w", op, err)
-	}
-	release, err := p.acquireWrite(op)
-	if err != nil {
-		return err
-	}
-	defer release()
-	b := p.db.NewBatch()
-	defer b.Close()
-	for _, prefix := range []byte{pebPrefixData, pebPrefixInfo} {
-		if err := b.DeleteRange(pebRangeKey(prefix, shard, 0), pebRangeKey(prefix, shard, firstTick), nil); err != nil {
-			return fmt.Errorf("lineage: %s: %w", op, err)
+	return p.writeBatch(ctx, fmt.Sprintf("delete before %d/%d", shard, firstTick), func(b *pebble.Batch) error {
+		for _, prefix := range []byte{pebPrefixData, pebPrefixInfo} {
+			if err := b.DeleteRange(pebRangeKey(prefix, shard, 0), pebRangeKey(prefix, shard, firstTick), nil); err != nil {
+				return err
+			}
 		}
-	}
-	if err := p.db.Apply(b, p.write); err != nil {
-		return fmt.Errorf("lineage: %s: %w", op, err)
-	}
-	return nil
+		return nil
+	})
 }
 
 func pebMetaKey(name string) []byte { return append([]byte{pebPrefixMeta}, name...) }

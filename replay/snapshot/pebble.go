@@ -112,6 +112,24 @@ func (s *PebbleStore) enter() error {
 
 // Put implements Store.
 func (s *PebbleStore) Put(ctx context.Context, meta Meta, snapshot []byte) error {
+	wrap := func(err error) error {
+		return fmt.Errorf("snapshot: put shard %d tick %d: %w", meta.Shard, meta.Tick, err)
+	}
+	return s.writeBatch(ctx, func(b *pebble.Batch) error {
+		if err := b.Set(key(prefixMeta, meta.Shard, meta.Tick), EncodeMeta(meta), nil); err != nil {
+			return wrap(err)
+		}
+		if err := b.Set(key(prefixData, meta.Shard, meta.Tick), snapshot, nil); err != nil {
+			return wrap(err)
+		}
+		return nil
+	}, wrap)
+}
+
+// writeBatch writes what fill puts in one batch with the store's write
+// options, reopening the database first if an earlier write failed; wrap
+// names the operation in the batch's own error.
+func (s *PebbleStore) writeBatch(ctx context.Context, fill func(*pebble.Batch) error, wrap func(error) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -124,14 +142,11 @@ func (s *PebbleStore) Put(ctx context.Context, meta Meta, snapshot []byte) error
 	defer s.mu.RUnlock()
 	b := s.db.NewBatch()
 	defer b.Close()
-	if err := b.Set(key(prefixMeta, meta.Shard, meta.Tick), EncodeMeta(meta), nil); err != nil {
-		return fmt.Errorf("snapshot: put shard %d tick %d: %w", meta.Shard, meta.Tick, err)
-	}
-	if err := b.Set(key(prefixData, meta.Shard, meta.Tick), snapshot, nil); err != nil {
-		return fmt.Errorf("snapshot: put shard %d tick %d: %w", meta.Shard, meta.Tick, err)
+	if err := fill(b); err != nil {
+		return err
 	}
 	if err := s.db.Apply(b, s.wo); err != nil {
-		return fmt.Errorf("snapshot: put shard %d tick %d: %w", meta.Shard, meta.Tick, err)
+		return wrap(err)
 	}
 	return nil
 }
@@ -186,30 +201,20 @@ func (s *PebbleStore) Get(ctx context.Context, shard uint32, tick uint64) ([]byt
 // DeleteRange implements Store with one range deletion per key kind: call
 // it rarely, for large ranges.
 func (s *PebbleStore) DeleteRange(ctx context.Context, shard uint32, from, to uint64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if from >= to {
-		return nil
+		return ctx.Err()
 	}
-	if err := s.reopenIfFailed(); err != nil {
-		return err
-	}
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.mu.RUnlock()
-	b := s.db.NewBatch()
-	defer b.Close()
-	for _, p := range []byte{prefixMeta, prefixData} {
-		if err := b.DeleteRange(key(p, shard, from), key(p, shard, to), nil); err != nil {
-			return fmt.Errorf("snapshot: delete shard %d ticks [%d, %d): %w", shard, from, to, err)
-		}
-	}
-	if err := s.db.Apply(b, s.wo); err != nil {
+	wrap := func(err error) error {
 		return fmt.Errorf("snapshot: delete shard %d ticks [%d, %d): %w", shard, from, to, err)
 	}
-	return nil
+	return s.writeBatch(ctx, func(b *pebble.Batch) error {
+		for _, p := range []byte{prefixMeta, prefixData} {
+			if err := b.DeleteRange(key(p, shard, from), key(p, shard, to), nil); err != nil {
+				return wrap(err)
+			}
+		}
+		return nil
+	}, wrap)
 }
 
 // Close waits for calls in progress and closes the database.

@@ -108,6 +108,14 @@ type WorkerConfig struct {
 	OnTakeover func(TakeoverReport)
 	// Logger receives the worker's messages (nil: slog.Default()).
 	Logger *slog.Logger
+	// NoPacing turns the takeover's pacing off: a sector taken over (or a
+	// hot copy) then restores and replays as fast as it can, on the cores
+	// the worker's live sectors step on. With pacing (the default), each
+	// replayed tick, large snapshot link's decode and sim restore, and
+	// each step of a hot copy, waits until the worker's live sectors have stepped the
+	// newest tick and runs only in the first half period after that
+	// (replay.Pacer).
+	NoPacing bool
 }
 
 // Worker is a sector worker: one process of a world spread over many. It
@@ -137,6 +145,51 @@ type Worker struct {
 	// ticks, while runTicker runs with a standby, is told of every tick
 	// marker this process's runners step.
 	ticks atomic.Pointer[replay.Standby]
+	// pacer paces the catch-up work behind the live sectors' ticks (nil:
+	// WorkerConfig.NoPacing).
+	pacer *replay.Pacer
+}
+
+// pace waits for catch-up work's turn (Pacer.Wait); without a pacer it
+// returns at once.
+func (w *Worker) pace(ctx context.Context) error {
+	if w.pacer == nil {
+		return nil
+	}
+	return w.pacer.Wait(ctx)
+}
+
+// pacedStore is a snapshot store whose reads of a large snapshot wait,
+// once read, for catch-up work's turn (Worker.pace): a restore decodes
+// its chain one link at a time between the live sectors' ticks. The read
+// itself (a NATS round trip) and a small link's decode do not wait.
+type pacedStore struct {
+	snapshot.Store
+	pace func(context.Context) error
+}
+
+// pacedDecodeBytes is the size from which a snapshot's decode waits for
+// its turn.
+const pacedDecodeBytes = 16 << 10
+
+// Get implements snapshot.Store.
+func (s pacedStore) Get(ctx context.Context, shard uint32, tick uint64) ([]byte, error) {
+	b, err := s.Store.Get(ctx, shard, tick)
+	if err == nil && len(b) >= pacedDecodeBytes {
+		err = s.pace(ctx)
+	}
+	return b, err
+}
+
+// pacedSim returns a sector's new sim once catch-up work may run: a
+// restore builds and restores it right after.
+func (w *Worker) pacedSim(ctx context.Context, sector uint32) func() (replay.TableSim, error) {
+	return func() (replay.TableSim, error) {
+		if err := w.pace(ctx); err != nil {
+			return nil, err
+		}
+		return w.cfg.Game.NewSim(sector)
+	}
 }
 
 // observeTick tells the Ticker's standby, if any, that tick's marker
@@ -204,6 +257,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.Policy.MaxChain = DefaultMaxChain
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker", cfg.Leases.Worker()), sectors: map[uint32]*sectorRun{}, hot: map[uint32]*hotCopy{}}
+	if !cfg.NoPacing {
+		w.pacer = replay.NewPacer(replay.PacerConfig{Rate: cfg.Game.TickRate})
+	}
 	k, err := NewKeeper(KeeperConfig{Leases: cfg.Leases, Sectors: cfg.Game.Shards, OnAcquire: w.acquire, OnLose: w.lose, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -347,7 +403,7 @@ func (w *Worker) runStandby(ctx context.Context) {
 func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 	defer close(hc.done)
 	defer hc.cancel()
-	res, err := replay.RestoreShard(ctx, w.cfg.Snapshots, nil, s, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(s) })
+	res, err := replay.RestoreShard(ctx, pacedStore{Store: w.cfg.Snapshots, pace: w.pace}, nil, s, w.pacedSim(ctx, s))
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("hot copy: restore", "sector", s, "err", err)
@@ -360,8 +416,10 @@ func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 		hc.local = snapshot.NewMemStore()
 		local = &replay.SnapshotConfig{Store: hc.local, Policy: w.cfg.Policy, KeepChains: 2}
 	}
+	// Every step of a hot copy is paced: it goes after the owned
+	// sectors' steps of the same tick.
 	r, err := replay.NewRunner(replay.RunnerConfig{World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1),
-		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger, Snapshots: local,
+		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger, Snapshots: local, Pace: w.pace, PaceUntil: math.MaxUint64,
 		Observer: func(info replay.TickInfo) {
 			w.observeTick(info.Tick)
 			f := SectorFrame{World: w.cfg.World, Sector: s, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash}
@@ -535,7 +593,7 @@ func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) 
 			src = boundedStore{Store: store, max: last}
 		}
 	}
-	res, err := replay.RestoreShard(ctx, src, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
+	res, err := replay.RestoreShard(ctx, pacedStore{Store: src, pace: w.pace}, nil, sector, w.pacedSim(ctx, sector))
 	if err != nil {
 		return replay.Restored{}, err
 	}
@@ -591,8 +649,15 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1), Start: res.Start,
 		Epoch: epoch, Appender: w.cfg.Log, CommandKind: w.cfg.Game.CommandKind, HistoryTicks: 64, Snapshots: snaps,
 		Recorder: rec, Logger: w.cfg.Logger,
+		// The ticks through the log's tail at the claim are the
+		// takeover's replay: paced behind the live sectors'.
+		Pace: w.pace, PaceUntil: tail,
 		Observer: func(info replay.TickInfo) {
 			w.observeTick(info.Tick)
+			if w.pacer != nil && info.Pos > tail {
+				// Live: the worker's catch-up work waits for its ticks.
+				defer w.pacer.Stepped(s, info.Tick)
+			}
 			if !valid() {
 				return // paused past the lease: publish nothing
 			}
@@ -627,6 +692,9 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		return err
 	}
 	sr.runner.Store(r)
+	if w.pacer != nil {
+		defer w.pacer.Leave(s)
+	}
 	if sr.stopped.Load() {
 		r.Kill()
 	}

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,7 +12,7 @@ type PacerConfig struct {
 	// Rate is the world's tick rate (ticks per second; 0: DefaultTickRate).
 	Rate int
 	// Budget is how long after the live runners have all stepped a tick
-	// catch-up work may go on (0: half a period). Past it, the next live
+	// catch-up work may go on (0: two thirds of a period). Past it, the next live
 	// tick is near, and catch-up waits until the live runners have
 	// stepped it.
 	Budget time.Duration
@@ -64,7 +65,7 @@ func NewPacer(cfg PacerConfig) *Pacer {
 	}
 	period := time.Second / time.Duration(cfg.Rate)
 	if cfg.Budget <= 0 {
-		cfg.Budget = period / 2
+		cfg.Budget = period * 2 / 3
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 2 * period
@@ -145,10 +146,20 @@ func (p *Pacer) turn() (ok bool, until time.Time, changed <-chan struct{}) {
 
 // Wait waits until catch-up work may run (see Pacer). It returns ctx's
 // error if ctx ends first.
-func (p *Pacer) Wait(ctx context.Context) error {
+func (p *Pacer) Wait(ctx context.Context) error { return p.wait(ctx, time.Time{}) }
+
+// wait is Wait, returning nil at deadline at the latest (zero: none).
+func (p *Pacer) wait(ctx context.Context, deadline time.Time) error {
 	var began time.Time
 	for {
 		ok, until, changed := p.turn()
+		if !ok && !deadline.IsZero() {
+			if !p.clock.Now().Before(deadline) {
+				ok, until = true, p.clock.Now()
+			} else if deadline.Before(until) {
+				until = deadline
+			}
+		}
 		if ok {
 			if !began.IsZero() {
 				p.mu.Lock()
@@ -167,6 +178,25 @@ func (p *Pacer) Wait(ctx context.Context) error {
 		case <-changed:
 		case <-p.clock.After(until.Sub(p.clock.Now())):
 		}
+	}
+}
+
+// Bounded returns a Wait that waits at most total in all, over every call
+// (then it returns at once): the pacing of one takeover, whose delay is
+// bounded so that the sector is live again in time however busy the live
+// runners are.
+func (p *Pacer) Bounded(total time.Duration) func(context.Context) error {
+	var left atomic.Int64
+	left.Store(int64(total))
+	return func(ctx context.Context) error {
+		l := time.Duration(left.Load())
+		if l <= 0 {
+			return ctx.Err()
+		}
+		start := p.clock.Now()
+		err := p.wait(ctx, start.Add(l))
+		left.Add(-int64(p.clock.Now().Sub(start)))
+		return err
 	}
 }
 

@@ -112,8 +112,7 @@ func mustReturn(t *testing.T, ch chan error, what string) {
 // next tick is near, and goes on once a live tick is overdue.
 func TestPacerGivesLiveTicksPrecedence(t *testing.T) {
 	clk := &manualClock{now: time.Unix(1000, 0)}
-	// 30 Hz: a 33.3 ms period, a 16.7 ms budget, 66.7 ms at most.
-	p := NewPacer(PacerConfig{Rate: 30, Clock: clk})
+	p := NewPacer(PacerConfig{Rate: 30, Budget: 15 * time.Millisecond, MaxWait: 60 * time.Millisecond, Clock: clk})
 	mustReturn(t, waitAsync(t, clk, p, false), "no live runner")
 
 	p.Stepped(1, 10)
@@ -141,7 +140,7 @@ func TestPacerGivesLiveTicksPrecedence(t *testing.T) {
 	clk.Advance(20 * time.Millisecond)
 	ch = waitAsync(t, clk, p, true)
 	stillWaiting(t, ch, "tick 12 near")
-	clk.Advance(50 * time.Millisecond) // 70 ms after tick 11 > 66.7
+	clk.Advance(50 * time.Millisecond) // 70 ms after tick 11 > 60
 	mustReturn(t, ch, "tick 12 overdue")
 	mustReturn(t, waitAsync(t, clk, p, false), "still overdue")
 
@@ -154,6 +153,26 @@ func TestPacerGivesLiveTicksPrecedence(t *testing.T) {
 	if n, _ := p.Waited(); n < 3 {
 		t.Errorf("%d waits counted, want at least 3", n)
 	}
+
+	// A bounded Wait (one takeover's pacing) waits 30 ms in all, not the
+	// pacer's 60.
+	b := p.Bounded(30 * time.Millisecond)
+	p.Stepped(1, 13)
+	clk.Advance(20 * time.Millisecond) // tick 14 near
+	n := clk.timers()
+	bch := make(chan error, 1)
+	go func() { bch <- b(context.Background()) }()
+	waitTimers(t, clk, n+1)
+	clk.Advance(20 * time.Millisecond)
+	stillWaiting(t, bch, "a bounded wait, 20 ms in")
+	clk.Advance(15 * time.Millisecond) // 35 ms: past the bound, before MaxWait
+	mustReturn(t, bch, "a bounded wait past its bound")
+	go func() { bch <- b(context.Background()) }()
+	mustReturn(t, bch, "a bounded wait whose bound is spent")
+	ch = waitAsync(t, clk, p, true)
+	stillWaiting(t, ch, "an unbounded wait meanwhile")
+	p.Stepped(1, 14)
+	mustReturn(t, ch, "tick 14 stepped")
 }
 
 // A catch-up Runner does not step while a live tick is pending; it steps

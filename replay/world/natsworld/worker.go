@@ -150,22 +150,13 @@ type Worker struct {
 	pacer *replay.Pacer
 }
 
-// pace waits for catch-up work's turn (Pacer.Wait); without a pacer it
-// returns at once.
-func (w *Worker) pace(ctx context.Context) error {
-	if w.pacer == nil {
-		return nil
-	}
-	return w.pacer.Wait(ctx)
-}
-
 // pacedStore is a snapshot store whose reads of a large snapshot wait,
-// once read, for catch-up work's turn (Worker.pace): a restore decodes
+// once read, for catch-up work's turn (replay.Pacer): a restore decodes
 // its chain one link at a time between the live sectors' ticks. The read
 // itself (a NATS round trip) and a small link's decode do not wait.
 type pacedStore struct {
 	snapshot.Store
-	pace func(context.Context) error
+	pace func(context.Context) error // nil: none
 }
 
 // pacedDecodeBytes is the size from which a snapshot's decode waits for
@@ -175,17 +166,34 @@ const pacedDecodeBytes = 16 << 10
 // Get implements snapshot.Store.
 func (s pacedStore) Get(ctx context.Context, shard uint32, tick uint64) ([]byte, error) {
 	b, err := s.Store.Get(ctx, shard, tick)
-	if err == nil && len(b) >= pacedDecodeBytes {
+	if err == nil && s.pace != nil && len(b) >= pacedDecodeBytes {
 		err = s.pace(ctx)
 	}
 	return b, err
 }
 
-// pacedSim returns a sector's new sim once catch-up work may run: a
-// restore builds and restores it right after.
-func (w *Worker) pacedSim(ctx context.Context, sector uint32) func() (replay.TableSim, error) {
+// takeoverPace returns the pacing of one takeover: Worker.pace, waiting
+// at most maxTakeoverPacing in all (nil without a pacer).
+func (w *Worker) takeoverPace() func(context.Context) error {
+	if w.pacer == nil {
+		return nil
+	}
+	return w.pacer.Bounded(maxTakeoverPacing)
+}
+
+// maxTakeoverPacing bounds how much a takeover's pacing delays it (its
+// restore and replay together): the sector must be live again within 1 s
+// of its owner's death, of which the lease's expiry takes about half.
+const maxTakeoverPacing = 150 * time.Millisecond
+
+// pacedSim returns a sector's new sim once catch-up work may run (pace;
+// nil: at once): a restore builds and restores it right after.
+func (w *Worker) pacedSim(ctx context.Context, sector uint32, pace func(context.Context) error) func() (replay.TableSim, error) {
 	return func() (replay.TableSim, error) {
-		if err := w.pace(ctx); err != nil {
+		if pace == nil {
+			return w.cfg.Game.NewSim(sector)
+		}
+		if err := pace(ctx); err != nil {
 			return nil, err
 		}
 		return w.cfg.Game.NewSim(sector)
@@ -403,7 +411,11 @@ func (w *Worker) runStandby(ctx context.Context) {
 func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 	defer close(hc.done)
 	defer hc.cancel()
-	res, err := replay.RestoreShard(ctx, pacedStore{Store: w.cfg.Snapshots, pace: w.pace}, nil, s, w.pacedSim(ctx, s))
+	var pace func(context.Context) error
+	if w.pacer != nil {
+		pace = w.pacer.Wait
+	}
+	res, err := replay.RestoreShard(ctx, pacedStore{Store: w.cfg.Snapshots, pace: pace}, nil, s, w.pacedSim(ctx, s, pace))
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("hot copy: restore", "sector", s, "err", err)
@@ -419,7 +431,7 @@ func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 	// Every step of a hot copy is paced: it goes after the owned
 	// sectors' steps of the same tick.
 	r, err := replay.NewRunner(replay.RunnerConfig{World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1),
-		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger, Snapshots: local, Pace: w.pace, PaceUntil: math.MaxUint64,
+		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger, Snapshots: local, Pace: pace, PaceUntil: math.MaxUint64,
 		Observer: func(info replay.TickInfo) {
 			w.observeTick(info.Tick)
 			f := SectorFrame{World: w.cfg.World, Sector: s, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash}
@@ -489,6 +501,9 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	if hot != nil && w.cfg.Lineage != nil {
 		hot = w.rewindHot(ctx, s, hot)
 	}
+	// The takeover's restore and replay are paced behind the worker's
+	// live sectors, for maxTakeoverPacing at most.
+	pace := w.takeoverPace()
 	var prefetch chan restored
 	var pwg sync.WaitGroup
 	defer pwg.Wait()
@@ -497,7 +512,7 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
-			res, err := w.restore(ctx, s, w.sectorStore(s, epoch))
+			res, err := w.restore(ctx, s, w.sectorStore(s, epoch), pace)
 			prefetch <- restored{res, err}
 		}()
 	}
@@ -543,7 +558,7 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		err := w.runOnce(ctx, sr, &rep, tail, first, standby, recent)
+		err := w.runOnce(ctx, sr, &rep, tail, first, standby, recent, pace)
 		first, recent = nil, nil
 		switch {
 		case ctx.Err() != nil:
@@ -582,7 +597,7 @@ func (w *Worker) sectorStore(sector uint32, epoch uint64) fencedStore {
 // previous owner flushed its lineage at most LineageFlushTicks before its
 // newest snapshot, and the ticks in between must be recorded again, not
 // left empty.
-func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) (replay.Restored, error) {
+func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore, pace func(context.Context) error) (replay.Restored, error) {
 	var src snapshot.Store = store
 	if w.cfg.Lineage != nil {
 		// The sector comes first: without the bound its lineage may miss
@@ -593,7 +608,7 @@ func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) 
 			src = boundedStore{Store: store, max: last}
 		}
 	}
-	res, err := replay.RestoreShard(ctx, pacedStore{Store: src, pace: w.pace}, nil, sector, w.pacedSim(ctx, sector))
+	res, err := replay.RestoreShard(ctx, pacedStore{Store: src, pace: pace}, nil, sector, w.pacedSim(ctx, sector, pace))
 	if err != nil {
 		return replay.Restored{}, err
 	}
@@ -605,7 +620,7 @@ func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) 
 
 // runOnce restores the sector from the shared store and runs its runner
 // until it stops.
-func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport, tail uint64, start *replay.Restored, standby bool, recent []SectorFrame) error {
+func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport, tail uint64, start *replay.Restored, standby bool, recent []SectorFrame, pace func(context.Context) error) error {
 	s, epoch := sr.lease.Sector, sr.lease.Epoch
 	valid := func() bool { return w.keeper.Valid(s, epoch) }
 	store := w.sectorStore(s, epoch)
@@ -616,7 +631,7 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		res = *start
 	} else {
 		var err error
-		if res, err = w.restore(ctx, s, store); err != nil {
+		if res, err = w.restore(ctx, s, store, pace); err != nil {
 			return err
 		}
 	}
@@ -651,7 +666,7 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		Recorder: rec, Logger: w.cfg.Logger,
 		// The ticks through the log's tail at the claim are the
 		// takeover's replay: paced behind the live sectors'.
-		Pace: w.pace, PaceUntil: tail,
+		Pace: pace, PaceUntil: tail,
 		Observer: func(info replay.TickInfo) {
 			w.observeTick(info.Tick)
 			if w.pacer != nil && info.Pos > tail {
@@ -721,8 +736,14 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 // report publishes and logs a takeover.
 func (w *Worker) report(r TakeoverReport) {
 	ms := func(a, b int64) float64 { return float64((b-a)/1000) / 1000 }
+	var waits uint64
+	var waited time.Duration
+	if w.pacer != nil {
+		waits, waited = w.pacer.Waited()
+	}
 	w.log.Info("sector live", "sector", r.Sector, "epoch", r.Epoch, "restore_ms", ms(r.Acquired, r.Restored),
-		"replay_ms", ms(r.Restored, r.Live), "from_tick", r.SnapshotTick, "live_tick", r.LiveTick, "replayed", r.Replayed)
+		"replay_ms", ms(r.Restored, r.Live), "from_tick", r.SnapshotTick, "live_tick", r.LiveTick, "replayed", r.Replayed,
+		"paced_waits", waits, "paced_ms", waited.Milliseconds())
 	if b, err := json.Marshal(r); err == nil {
 		_ = w.cfg.Publisher.Publish(TakeoverSubject(w.cfg.World), b)
 	}

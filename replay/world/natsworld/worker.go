@@ -109,11 +109,12 @@ type WorkerConfig struct {
 	// Logger receives the worker's messages (nil: slog.Default()).
 	Logger *slog.Logger
 	// NoPacing turns the takeover's pacing off: a sector taken over (or a
-	// hot copy) then restores and replays as fast as it can, on the cores
-	// the worker's live sectors step on. With pacing (the default), each
-	// replayed tick, large snapshot link's decode and sim restore, and
-	// each step of a hot copy, waits until the worker's live sectors have stepped the
-	// newest tick and runs only in the first half period after that
+	// hot copy) then replays as fast as it can, on the cores the worker's
+	// live sectors step on. With pacing (the default), each tick a
+	// takeover replays (for 150 ms of waiting at most in all), and each
+	// step, large snapshot link's decode and sim restore of a hot copy,
+	// waits until the worker's live sectors have stepped the newest tick
+	// and runs only in the two thirds of a period after that
 	// (replay.Pacer).
 	NoPacing bool
 }
@@ -151,8 +152,9 @@ type Worker struct {
 }
 
 // pacedStore is a snapshot store whose reads of a large snapshot wait,
-// once read, for catch-up work's turn (replay.Pacer): a restore decodes
-// its chain one link at a time between the live sectors' ticks. The read
+// once read, for catch-up work's turn (replay.Pacer): a hot copy's
+// restore decodes its chain one link at a time between the live sectors'
+// ticks. The read
 // itself (a NATS round trip) and a small link's decode do not wait.
 type pacedStore struct {
 	snapshot.Store
@@ -172,8 +174,8 @@ func (s pacedStore) Get(ctx context.Context, shard uint32, tick uint64) ([]byte,
 	return b, err
 }
 
-// takeoverPace returns the pacing of one takeover: Worker.pace, waiting
-// at most maxTakeoverPacing in all (nil without a pacer).
+// takeoverPace returns the pacing of one takeover's replay: the pacer's
+// Wait, waiting at most maxTakeoverPacing in all (nil without a pacer).
 func (w *Worker) takeoverPace() func(context.Context) error {
 	if w.pacer == nil {
 		return nil
@@ -181,8 +183,8 @@ func (w *Worker) takeoverPace() func(context.Context) error {
 	return w.pacer.Bounded(maxTakeoverPacing)
 }
 
-// maxTakeoverPacing bounds how much a takeover's pacing delays it (its
-// restore and replay together): the sector must be live again within 1 s
+// maxTakeoverPacing bounds how much a takeover's pacing delays its
+// replay: the sector must be live again within 1 s
 // of its owner's death, of which the lease's expiry takes about half.
 const maxTakeoverPacing = 150 * time.Millisecond
 
@@ -501,8 +503,10 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	if hot != nil && w.cfg.Lineage != nil {
 		hot = w.rewindHot(ctx, s, hot)
 	}
-	// The takeover's restore and replay are paced behind the worker's
-	// live sectors, for maxTakeoverPacing at most.
+	// The takeover's replay is paced behind the worker's live sectors,
+	// for maxTakeoverPacing at most. Its restore is not: mostly NATS round
+	// trips, and pacing its decode lengthened the restore by 60-110 ms at
+	// the median in the cluster test (docs/benchmarks.md, session 11).
 	pace := w.takeoverPace()
 	var prefetch chan restored
 	var pwg sync.WaitGroup
@@ -512,7 +516,7 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
-			res, err := w.restore(ctx, s, w.sectorStore(s, epoch), pace)
+			res, err := w.restore(ctx, s, w.sectorStore(s, epoch), nil)
 			prefetch <- restored{res, err}
 		}()
 	}
@@ -631,7 +635,7 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		res = *start
 	} else {
 		var err error
-		if res, err = w.restore(ctx, s, store, pace); err != nil {
+		if res, err = w.restore(ctx, s, store, nil); err != nil {
 			return err
 		}
 	}

@@ -505,8 +505,9 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	}
 	// The takeover's replay is paced behind the worker's live sectors,
 	// for maxTakeoverPacing at most. Its restore is not: mostly NATS round
-	// trips, and pacing its decode lengthened the restore by 60-110 ms at
-	// the median in the cluster test (docs/benchmarks.md, session 11).
+	// trips, and pacing its decode lengthened the restore's median by
+	// 58-94 ms in 3 of 4 cluster-test comparisons (docs/benchmarks.md,
+	// session 11).
 	pace := w.takeoverPace()
 	var prefetch chan restored
 	var pwg sync.WaitGroup

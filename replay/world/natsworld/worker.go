@@ -154,8 +154,8 @@ type Worker struct {
 // pacedStore is a snapshot store whose reads of a large snapshot wait,
 // once read, for catch-up work's turn (replay.Pacer): a hot copy's
 // restore decodes its chain one link at a time between the live sectors'
-// ticks. The read
-// itself (a NATS round trip) and a small link's decode do not wait.
+// ticks. The read itself (a NATS round trip) and a small link's decode
+// do not wait.
 type pacedStore struct {
 	snapshot.Store
 	pace func(context.Context) error // nil: none
@@ -184,8 +184,8 @@ func (w *Worker) takeoverPace() func(context.Context) error {
 }
 
 // maxTakeoverPacing bounds how much a takeover's pacing delays its
-// replay: the sector must be live again within 1 s
-// of its owner's death, of which the lease's expiry takes about half.
+// replay: the sector must be live again within 1 s of its owner's death,
+// of which the lease's expiry takes about half.
 const maxTakeoverPacing = 150 * time.Millisecond
 
 // pacedSim returns a sector's new sim once catch-up work may run (pace;

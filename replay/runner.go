@@ -181,6 +181,15 @@ type RunnerConfig struct {
 	// and offline tools set it so that a run is a function of its inputs.
 	Synchronous bool
 
+	// Pace, if set, is called before the runner steps a tick whose marker
+	// is at or before the log position PaceUntil: the ticks a shard taken
+	// over replays to catch up, paced behind the process's live runners
+	// (Pacer.Wait). It changes only when those ticks are stepped; if it
+	// fails (ctx ended), the runner stops before the tick, as between two
+	// ticks.
+	Pace      func(ctx context.Context) error
+	PaceUntil uint64
+
 	// bugs are the supervisor's injected bugs (SupervisorConfig.Bugs).
 	bugs Bugs
 }
@@ -246,6 +255,9 @@ type Runner struct {
 	fencesChanged bool
 	fencedOut     bool
 	aheadOfFence  bool
+	// paceStopped: the runner stopped while its Pace waited, before a
+	// tick it then did not step; it cannot run again.
+	paceStopped bool
 
 	running  atomic.Bool
 	killed   atomic.Bool
@@ -501,6 +513,15 @@ func (r *Runner) run(parent context.Context, until uint64) (err error) {
 			return fmt.Errorf("replay: shard %d: read after %d: %w", r.cfg.Shard, r.pos, err)
 		}
 		r.consume(ctx, e)
+		if r.paceStopped {
+			if r.killed.Load() {
+				return ErrKilled
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("replay: shard %d: pacing before the tick at position %d failed", r.cfg.Shard, e.Pos)
+		}
 		if r.fencedOut {
 			return fmt.Errorf("replay: shard %d at position %d: %w", r.cfg.Shard, e.Pos, ErrFenced)
 		}
@@ -702,6 +723,12 @@ func (r *Runner) tickMarker(ctx context.Context, n, pos uint64) {
 		return
 	case n-cur > r.cfg.MaxTickGap:
 		r.malformed.Add(1)
+		return
+	}
+	if r.cfg.Pace != nil && pos <= r.cfg.PaceUntil && r.cfg.Pace(ctx) != nil {
+		// Stopped while waiting: as if between two ticks (the checkpoint
+		// is the previous tick's); the run loop returns at once.
+		r.paceStopped = true
 		return
 	}
 	for t := cur + 1; t < n; t++ {

@@ -108,6 +108,15 @@ type WorkerConfig struct {
 	OnTakeover func(TakeoverReport)
 	// Logger receives the worker's messages (nil: slog.Default()).
 	Logger *slog.Logger
+	// NoPacing turns the takeover's pacing off: a sector taken over (or a
+	// hot copy) then replays as fast as it can, on the cores the worker's
+	// live sectors step on. With pacing (the default), each tick a
+	// takeover replays (for 150 ms of waiting at most in all), and each
+	// step, large snapshot link's decode and sim restore of a hot copy,
+	// waits until the worker's live sectors have stepped the newest tick
+	// and runs only in the two thirds of a period after that
+	// (replay.Pacer).
+	NoPacing bool
 }
 
 // Worker is a sector worker: one process of a world spread over many. It
@@ -137,6 +146,60 @@ type Worker struct {
 	// ticks, while runTicker runs with a standby, is told of every tick
 	// marker this process's runners step.
 	ticks atomic.Pointer[replay.Standby]
+	// pacer paces the catch-up work behind the live sectors' ticks (nil:
+	// WorkerConfig.NoPacing).
+	pacer *replay.Pacer
+}
+
+// pacedStore is a snapshot store whose reads of a large snapshot wait,
+// once read, for catch-up work's turn (replay.Pacer): a hot copy's
+// restore decodes its chain one link at a time between the live sectors'
+// ticks. The read itself (a NATS round trip) and a small link's decode
+// do not wait.
+type pacedStore struct {
+	snapshot.Store
+	pace func(context.Context) error // nil: none
+}
+
+// pacedDecodeBytes is the size from which a snapshot's decode waits for
+// its turn.
+const pacedDecodeBytes = 16 << 10
+
+// Get implements snapshot.Store.
+func (s pacedStore) Get(ctx context.Context, shard uint32, tick uint64) ([]byte, error) {
+	b, err := s.Store.Get(ctx, shard, tick)
+	if err == nil && s.pace != nil && len(b) >= pacedDecodeBytes {
+		err = s.pace(ctx)
+	}
+	return b, err
+}
+
+// takeoverPace returns the pacing of one takeover's replay: the pacer's
+// Wait, waiting at most maxTakeoverPacing in all (nil without a pacer).
+func (w *Worker) takeoverPace() func(context.Context) error {
+	if w.pacer == nil {
+		return nil
+	}
+	return w.pacer.Bounded(maxTakeoverPacing)
+}
+
+// maxTakeoverPacing bounds how much a takeover's pacing delays its
+// replay: the sector must be live again within 1 s of its owner's death,
+// of which the lease's expiry takes about half.
+const maxTakeoverPacing = 150 * time.Millisecond
+
+// pacedSim returns a sector's new sim once catch-up work may run (pace;
+// nil: at once): a restore builds and restores it right after.
+func (w *Worker) pacedSim(ctx context.Context, sector uint32, pace func(context.Context) error) func() (replay.TableSim, error) {
+	return func() (replay.TableSim, error) {
+		if pace == nil {
+			return w.cfg.Game.NewSim(sector)
+		}
+		if err := pace(ctx); err != nil {
+			return nil, err
+		}
+		return w.cfg.Game.NewSim(sector)
+	}
 }
 
 // observeTick tells the Ticker's standby, if any, that tick's marker
@@ -204,6 +267,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		cfg.Policy.MaxChain = DefaultMaxChain
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("worker", cfg.Leases.Worker()), sectors: map[uint32]*sectorRun{}, hot: map[uint32]*hotCopy{}}
+	if !cfg.NoPacing {
+		w.pacer = replay.NewPacer(replay.PacerConfig{Rate: cfg.Game.TickRate})
+	}
 	k, err := NewKeeper(KeeperConfig{Leases: cfg.Leases, Sectors: cfg.Game.Shards, OnAcquire: w.acquire, OnLose: w.lose, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -347,7 +413,11 @@ func (w *Worker) runStandby(ctx context.Context) {
 func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 	defer close(hc.done)
 	defer hc.cancel()
-	res, err := replay.RestoreShard(ctx, w.cfg.Snapshots, nil, s, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(s) })
+	var pace func(context.Context) error
+	if w.pacer != nil {
+		pace = w.pacer.Wait
+	}
+	res, err := replay.RestoreShard(ctx, pacedStore{Store: w.cfg.Snapshots, pace: pace}, nil, s, w.pacedSim(ctx, s, pace))
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("hot copy: restore", "sector", s, "err", err)
@@ -360,8 +430,10 @@ func (w *Worker) runHot(ctx context.Context, s uint32, hc *hotCopy) {
 		hc.local = snapshot.NewMemStore()
 		local = &replay.SnapshotConfig{Store: hc.local, Policy: w.cfg.Policy, KeepChains: 2}
 	}
+	// Every step of a hot copy is paced: it goes after the owned
+	// sectors' steps of the same tick.
 	r, err := replay.NewRunner(replay.RunnerConfig{World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1),
-		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger, Snapshots: local,
+		Start: res.Start, HistoryTicks: 1, Logger: w.cfg.Logger, Snapshots: local, Pace: pace, PaceUntil: math.MaxUint64,
 		Observer: func(info replay.TickInfo) {
 			w.observeTick(info.Tick)
 			f := SectorFrame{World: w.cfg.World, Sector: s, Tick: info.Tick, Pos: info.Pos, Hash: info.Hash}
@@ -431,6 +503,12 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	if hot != nil && w.cfg.Lineage != nil {
 		hot = w.rewindHot(ctx, s, hot)
 	}
+	// The takeover's replay is paced behind the worker's live sectors,
+	// for maxTakeoverPacing at most. Its restore is not: mostly NATS round
+	// trips, and pacing its decode lengthened the restore's median by
+	// 58-94 ms in 3 of 4 cluster-test comparisons (docs/benchmarks.md,
+	// session 11).
+	pace := w.takeoverPace()
 	var prefetch chan restored
 	var pwg sync.WaitGroup
 	defer pwg.Wait()
@@ -439,7 +517,7 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
-			res, err := w.restore(ctx, s, w.sectorStore(s, epoch))
+			res, err := w.restore(ctx, s, w.sectorStore(s, epoch), nil)
 			prefetch <- restored{res, err}
 		}()
 	}
@@ -485,7 +563,7 @@ func (w *Worker) runSector(ctx context.Context, sr *sectorRun, acquired time.Tim
 	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		err := w.runOnce(ctx, sr, &rep, tail, first, standby, recent)
+		err := w.runOnce(ctx, sr, &rep, tail, first, standby, recent, pace)
 		first, recent = nil, nil
 		switch {
 		case ctx.Err() != nil:
@@ -524,7 +602,7 @@ func (w *Worker) sectorStore(sector uint32, epoch uint64) fencedStore {
 // previous owner flushed its lineage at most LineageFlushTicks before its
 // newest snapshot, and the ticks in between must be recorded again, not
 // left empty.
-func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) (replay.Restored, error) {
+func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore, pace func(context.Context) error) (replay.Restored, error) {
 	var src snapshot.Store = store
 	if w.cfg.Lineage != nil {
 		// The sector comes first: without the bound its lineage may miss
@@ -535,7 +613,7 @@ func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) 
 			src = boundedStore{Store: store, max: last}
 		}
 	}
-	res, err := replay.RestoreShard(ctx, src, nil, sector, func() (replay.TableSim, error) { return w.cfg.Game.NewSim(sector) })
+	res, err := replay.RestoreShard(ctx, pacedStore{Store: src, pace: pace}, nil, sector, w.pacedSim(ctx, sector, pace))
 	if err != nil {
 		return replay.Restored{}, err
 	}
@@ -547,7 +625,7 @@ func (w *Worker) restore(ctx context.Context, sector uint32, store fencedStore) 
 
 // runOnce restores the sector from the shared store and runs its runner
 // until it stops.
-func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport, tail uint64, start *replay.Restored, standby bool, recent []SectorFrame) error {
+func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport, tail uint64, start *replay.Restored, standby bool, recent []SectorFrame, pace func(context.Context) error) error {
 	s, epoch := sr.lease.Sector, sr.lease.Epoch
 	valid := func() bool { return w.keeper.Valid(s, epoch) }
 	store := w.sectorStore(s, epoch)
@@ -558,7 +636,7 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		res = *start
 	} else {
 		var err error
-		if res, err = w.restore(ctx, s, store); err != nil {
+		if res, err = w.restore(ctx, s, store, nil); err != nil {
 			return err
 		}
 	}
@@ -591,8 +669,15 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		World: w.cfg.World, Shard: s, Sim: res.Sim, Source: w.cfg.Log.Subscribe(res.Start.Pos + 1), Start: res.Start,
 		Epoch: epoch, Appender: w.cfg.Log, CommandKind: w.cfg.Game.CommandKind, HistoryTicks: 64, Snapshots: snaps,
 		Recorder: rec, Logger: w.cfg.Logger,
+		// The ticks through the log's tail at the claim are the
+		// takeover's replay: paced behind the live sectors'.
+		Pace: pace, PaceUntil: tail,
 		Observer: func(info replay.TickInfo) {
 			w.observeTick(info.Tick)
+			if w.pacer != nil && info.Pos > tail {
+				// Live: the worker's catch-up work waits for its ticks.
+				defer w.pacer.Stepped(s, info.Tick)
+			}
 			if !valid() {
 				return // paused past the lease: publish nothing
 			}
@@ -627,6 +712,9 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 		return err
 	}
 	sr.runner.Store(r)
+	if w.pacer != nil {
+		defer w.pacer.Leave(s)
+	}
 	if sr.stopped.Load() {
 		r.Kill()
 	}
@@ -653,8 +741,14 @@ func (w *Worker) runOnce(ctx context.Context, sr *sectorRun, rep *TakeoverReport
 // report publishes and logs a takeover.
 func (w *Worker) report(r TakeoverReport) {
 	ms := func(a, b int64) float64 { return float64((b-a)/1000) / 1000 }
+	var waits uint64
+	var waited time.Duration
+	if w.pacer != nil {
+		waits, waited = w.pacer.Waited()
+	}
 	w.log.Info("sector live", "sector", r.Sector, "epoch", r.Epoch, "restore_ms", ms(r.Acquired, r.Restored),
-		"replay_ms", ms(r.Restored, r.Live), "from_tick", r.SnapshotTick, "live_tick", r.LiveTick, "replayed", r.Replayed)
+		"replay_ms", ms(r.Restored, r.Live), "from_tick", r.SnapshotTick, "live_tick", r.LiveTick, "replayed", r.Replayed,
+		"paced_waits", waits, "paced_ms", waited.Milliseconds())
 	if b, err := json.Marshal(r); err == nil {
 		_ = w.cfg.Publisher.Publish(TakeoverSubject(w.cfg.World), b)
 	}

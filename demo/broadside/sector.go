@@ -450,7 +450,8 @@ func (s *Sector) applyMigration(c *replay.Command, rec lineage.Recorder) {
 // hit, and the wrecks, which balls fly through (the flight then depends
 // on the wreck having sunk, which lineage is told).
 func (s *Sector) sailShips(rec lineage.Recorder) {
-	s.grid.reset()
+	s.grid.begin()
+	defer s.grid.end()
 	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
 		r := s.ships.Row(i)
 		if r.U8(shSunk) != 0 {
@@ -647,7 +648,7 @@ func (s *Sector) bumpMigrated() {
 // addToGrid buckets ship i in the grid as it stands.
 func (s *Sector) addToGrid(i int) {
 	r, m := s.ships.Row(i), s.motion.Row(i)
-	s.grid.add(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
+	s.grid.put(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
 }
 
 // ballAt returns ball r's position at tick t.

@@ -12,14 +12,22 @@ type grid struct {
 	shift  uint  // cell side is 1<<shift mm
 	nx, ny int
 
-	// Ships of the current tick, in the order added, and bucketed by
-	// cell: cell c's ships are ships[head[c]], ships[ships[head[c]].next],
-	// … to -1 (the last added first). head is -1 for every cell but those
-	// of this tick's ships; reset sets theirs back, so neither building nor
-	// emptying the buckets visits the ~4,000 cells. The order in a cell is
-	// not seen: touching sorts what it finds by position and id.
+	// Ships of the current tick. ships is indexed by ship slot and kept
+	// from tick to tick: a ship that stays in its cell and its fine box
+	// (most ships, most ticks: a fine cell is ~50 ticks of top speed) is
+	// only rewritten in place, and its buckets and bits are left alone.
+	// Cell c's ships are ships[head[c]], ships[ships[head[c]].next], …
+	// to -1 (doubly linked, so a ship leaving a cell is unlinked in place);
+	// order lists the slots put this round, in the order put. The order in
+	// a cell is not seen: touching sorts what it finds by position and id.
 	head  []int32
 	ships []gridShip
+	order []int32
+	prev  []int32 // the previous round's order (scratch of end)
+	round uint32
+	// cnt[c] is how many ships' boxes cover fine cell c (saturating at
+	// 0xFFFF, which then stays: the bits stay set, which is only slower).
+	cnt []uint16
 
 	// Islands (inflated by ShipRadius) overlapping each cell.
 	islStart []int32
@@ -48,21 +56,19 @@ type grid struct {
 	// isl (a cell holds 4 × 4 fine cells): a box of cells without any is
 	// known off every island in four reads.
 	islSat []int32
-
-	// slotIdx[slot] is the index in ships of the entry added for the ship
-	// in that slot this tick (stale for ships not added: check it).
-	slotIdx []int32
 }
 
 // gridShip is a ship's entry: what a hit test needs without touching the
 // table.
 type gridShip struct {
-	slot int32
-	x, y int32
-	next int32   // the index in ships of the cell's previous ship, or -1
-	box  fineBox // shipBox(x, y), the cells it marked in occ
-	id   uint64
-	sunk bool // a wreck, or sunk by an earlier ball of this tick
+	slot       int32
+	x, y       int32
+	prev, next int32   // the cell's neighbouring entries (by slot), or -1
+	cell       int32   // the coarse cell it is bucketed in, -1 if none
+	box        fineBox // shipBox(x, y), the cells it marked in occ
+	round      uint32  // the grid round it was last put in
+	id         uint64
+	sunk       bool // a wreck, or sunk by an earlier ball of this tick
 }
 
 // newGrid covers r, extended by margin on every side.
@@ -100,6 +106,7 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 	fcell := int64(1) << g.fshift
 	g.fnx, g.fny = int((w+fcell-1)/fcell), int((h+fcell-1)/fcell)
 	g.occ = make([]uint64, (g.fnx*g.fny+63)/64)
+	g.cnt = make([]uint16, g.fnx*g.fny)
 	g.occ2 = make([]uint64, len(g.occ))
 	g.isl = make([]uint64, len(g.occ))
 	g.islNear = make([]uint64, len(g.occ))
@@ -288,14 +295,10 @@ func anyRange(bits []uint64, c0, c1 int) bool {
 // ownerBox returns the cells ship id, in slot, marked in occ this tick
 // (false if that slot holds no such ship this tick).
 func (g *grid) ownerBox(slot int32, id uint64) (fineBox, bool) {
-	if slot < 0 || int(slot) >= len(g.slotIdx) {
+	if slot < 0 || int(slot) >= len(g.ships) {
 		return fineBox{}, false
 	}
-	k := g.slotIdx[slot]
-	if int(k) >= len(g.ships) {
-		return fineBox{}, false
-	}
-	if sh := &g.ships[k]; sh.slot == slot && sh.id == id {
+	if sh := &g.ships[slot]; sh.round == g.round && sh.cell >= 0 && sh.id == id {
 		return sh.box, true
 	}
 	return fineBox{}, false
@@ -343,30 +346,121 @@ func (g *grid) offIslands(x0, y0, x1, y1 int64) bool {
 	return g.islSat[(cy1+1)*w+cx1+1]-g.islSat[cy0*w+cx1+1]-g.islSat[(cy1+1)*w+cx0]+g.islSat[cy0*w+cx0] == 0
 }
 
-// reset empties the ship buckets: the cells of the last tick's ships.
+// reset empties the grid of ships and starts a round: the grid is then
+// ready for hit tests after the last add.
 func (g *grid) reset() {
-	for k := range g.ships {
-		cx, cy := g.cellXY(int64(g.ships[k].x), int64(g.ships[k].y))
-		g.head[cy*g.nx+cx] = -1
+	for _, slot := range g.order {
+		if g.ships[slot].cell >= 0 {
+			g.remove(slot)
+		}
 	}
-	clear(g.occ)
-	clear(g.occ2)
-	g.ships = g.ships[:0]
+	g.begin()
 }
 
-// add buckets a ship; the grid is ready for hit tests after the last.
-func (g *grid) add(slot int, x, y int32, id uint64, sunk bool) {
-	cx, cy := g.cellXY(int64(x), int64(y))
-	c := cy*g.nx + cx
-	b := g.shipBox(x, y)
-	markTwice(g, g.occ, g.occ2, b)
-	for slot >= len(g.slotIdx) {
-		g.slotIdx = append(g.slotIdx, 0)
+// add buckets a ship (put, after reset).
+func (g *grid) add(slot int, x, y int32, id uint64, sunk bool) { g.put(slot, x, y, id, sunk) }
+
+// begin starts a round of puts: the ships of this tick. end finishes it.
+func (g *grid) begin() {
+	g.round++
+	g.order, g.prev = g.prev[:0], g.order
+}
+
+// put buckets the ship in slot, where it stands this round: in place if
+// it was bucketed last round in the same cell and fine box.
+func (g *grid) put(slot int, x, y int32, id uint64, sunk bool) {
+	for slot >= len(g.ships) {
+		g.ships = append(g.ships, gridShip{slot: int32(len(g.ships)), cell: -1, prev: -1, next: -1})
 	}
-	k := int32(len(g.ships))
-	g.slotIdx[slot] = k
-	g.ships = append(g.ships, gridShip{slot: int32(slot), x: x, y: y, next: g.head[c], box: b, id: id, sunk: sunk})
-	g.head[c] = k
+	e := &g.ships[slot]
+	if e.round == g.round && e.cell >= 0 {
+		// Put twice in a round (tests only): as another add, the
+		// later position wins.
+		g.remove(int32(slot))
+	}
+	cx, cy := g.cellXY(int64(x), int64(y))
+	c := int32(cy*g.nx + cx)
+	b := g.shipBox(x, y)
+	if e.cell >= 0 && e.box != b {
+		g.count(e.box, false)
+		g.count(b, true)
+	} else if e.cell < 0 {
+		g.count(b, true)
+	}
+	if e.cell != c {
+		if e.cell >= 0 {
+			g.unlink(e)
+		}
+		e.cell, e.prev, e.next = c, -1, g.head[c]
+		if e.next >= 0 {
+			g.ships[e.next].prev = int32(slot)
+		}
+		g.head[c] = int32(slot)
+	}
+	e.x, e.y, e.box, e.id, e.sunk, e.round = x, y, b, id, sunk, g.round
+	g.order = append(g.order, int32(slot))
+}
+
+// end removes the ships of the last round not put in this one; the grid
+// is then ready for hit tests.
+func (g *grid) end() {
+	for _, slot := range g.prev {
+		if e := &g.ships[slot]; e.round != g.round && e.cell >= 0 {
+			g.remove(slot)
+		}
+	}
+	g.prev = g.prev[:0]
+}
+
+// remove takes the ship in slot out of its bucket and its bits.
+func (g *grid) remove(slot int32) {
+	e := &g.ships[slot]
+	g.unlink(e)
+	g.count(e.box, false)
+	e.cell, e.prev, e.next = -1, -1, -1
+}
+
+func (g *grid) unlink(e *gridShip) {
+	if e.prev >= 0 {
+		g.ships[e.prev].next = e.next
+	} else {
+		g.head[e.cell] = e.next
+	}
+	if e.next >= 0 {
+		g.ships[e.next].prev = e.prev
+	}
+}
+
+// count adds (or, if !inc, removes) box b's cover of its cells, keeping
+// occ (covered once or more) and occ2 (twice or more) in step.
+func (g *grid) count(b fineBox, inc bool) {
+	for cy := int(b.y0); cy <= int(b.y1); cy++ {
+		for c := cy*g.fnx + int(b.x0); c <= cy*g.fnx+int(b.x1); c++ {
+			n := g.cnt[c]
+			if n == 0xFFFF {
+				continue
+			}
+			bit := uint64(1) << (uint(c) & 63)
+			if inc {
+				n++
+				switch n {
+				case 1:
+					g.occ[c>>6] |= bit
+				case 2:
+					g.occ2[c>>6] |= bit
+				}
+			} else {
+				n--
+				switch n {
+				case 1:
+					g.occ2[c>>6] &^= bit
+				case 0:
+					g.occ[c>>6] &^= bit
+				}
+			}
+			g.cnt[c] = n
+		}
+	}
 }
 
 // pathTouch is a ship a cannonball's path touches; along orders the ships
@@ -383,7 +477,7 @@ type pathTouch struct {
 // skip, whose hull circle the segment (ax, ay)→(bx, by) touches, in their
 // order along the segment, then by id: an order that depends on where the
 // ships are, never on their table slots. The pointers are valid until the
-// next reset.
+// next round.
 func (g *grid) touching(ax, ay, bx, by int64, skip uint64, out []pathTouch) []pathTouch {
 	start := len(out)
 	cx0, cy0 := g.cellXY(min(ax, bx)-ShipRadius, min(ay, by)-ShipRadius)

@@ -2,6 +2,7 @@ package broadside
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -128,5 +129,91 @@ func TestGridPrefilters(t *testing.T) {
 	t.Logf("paths ruled out %d, paths touching ships %d, points ruled off islands %d, paths ruled out but for their owner %d", filtered, touched, islandsRuled, ownerRuled)
 	if filtered == 0 || touched == 0 || islandsRuled == 0 || ownerRuled == 0 {
 		t.Fatal("the test exercised too little")
+	}
+}
+
+// TestGridIncremental: a grid kept from round to round (begin, a put per
+// ship, end), as Step keeps it, holds after every round exactly what a
+// grid built afresh from the same ships holds: the same occ and occ2 bits,
+// the same ships in each cell's bucket, the same owner boxes. Between
+// rounds ships drift, jump, sink, leave, arrive and change slots.
+func TestGridIncremental(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	r := Rect{X0: 0, Y0: 0, X1: 4_000_000, Y1: 4_000_000}
+	const margin = MigrationMargin + ShipRadius
+	type ship struct {
+		x, y int32
+		id   uint64
+		live bool
+	}
+	ships := make([]ship, 300)
+	for i := range ships {
+		ships[i] = ship{int32(rng.IntN(4_200_000)) - 100_000, int32(rng.IntN(4_200_000)) - 100_000, uint64(i + 1), rng.IntN(4) != 0}
+		if i > 0 && rng.IntN(3) == 0 { // clusters: cells covered twice
+			ships[i].x, ships[i].y = ships[i-1].x+int32(rng.IntN(40_000))-20_000, ships[i-1].y+int32(rng.IntN(40_000))-20_000
+		}
+	}
+	g := newGrid(r, margin, nil)
+	moved := 0
+	for round := range 200 {
+		g.begin()
+		for i := range ships {
+			s := &ships[i]
+			switch k := rng.IntN(100); {
+			case k < 2:
+				s.live = !s.live // leaves or arrives
+			case k < 4:
+				s.x, s.y = int32(rng.IntN(4_000_000)), int32(rng.IntN(4_000_000)) // respawn
+			case k < 5:
+				s.id += 1000 // another ship in the slot
+			default:
+				s.x += int32(rng.IntN(2*3*MaxSpeed+1)) - 3*MaxSpeed
+				s.y += int32(rng.IntN(2*3*MaxSpeed+1)) - 3*MaxSpeed
+			}
+			if s.live {
+				g.put(i, s.x, s.y, s.id, round%5 == 0)
+			}
+		}
+		g.end()
+		f := newGrid(r, margin, nil)
+		for i, s := range ships {
+			if s.live {
+				f.add(i, s.x, s.y, s.id, round%5 == 0)
+			}
+		}
+		if !slices.Equal(g.occ, f.occ) || !slices.Equal(g.occ2, f.occ2) {
+			t.Fatalf("round %d: occ/occ2 bits differ from a fresh grid's", round)
+		}
+		for c := range g.head {
+			var a, b []int32
+			for k := g.head[c]; k >= 0; k = g.ships[k].next {
+				a = append(a, g.ships[k].slot)
+				if s := ships[k]; g.ships[k].x != s.x || g.ships[k].y != s.y || g.ships[k].id != s.id {
+					t.Fatalf("round %d: slot %d's entry is stale", round, k)
+				}
+			}
+			for k := f.head[c]; k >= 0; k = f.ships[k].next {
+				b = append(b, f.ships[k].slot)
+			}
+			slices.Sort(a)
+			slices.Sort(b)
+			if !slices.Equal(a, b) {
+				t.Fatalf("round %d cell %d: ships %v, fresh grid %v", round, c, a, b)
+			}
+			moved += len(a)
+		}
+		for i, s := range ships {
+			gb, gok := g.ownerBox(int32(i), s.id)
+			fb, fok := f.ownerBox(int32(i), s.id)
+			if gb != fb || gok != fok || gok != s.live {
+				t.Fatalf("round %d slot %d: ownerBox %v %v, fresh %v %v", round, i, gb, gok, fb, fok)
+			}
+		}
+		if !slices.Equal(g.order, f.order) {
+			t.Fatalf("round %d: order differs", round)
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no ship bucketed")
 	}
 }

@@ -166,6 +166,9 @@ type Sector struct {
 	hot []ballHot
 	// sleep holds the balls flyBalls need not visit (sleep.go).
 	sleep sleeper
+	// sleepCheck, if set (tests), runs in Step between prepareSleep and
+	// flyBalls.
+	sleepCheck func()
 
 	outBuf  []byte
 	outEnds []int
@@ -266,6 +269,9 @@ func (s *Sector) Step(tick uint64, cmds []replay.Command, rec lineage.Recorder) 
 	}
 	s.sailShips(rec) // and buckets the ships in the grid
 	s.prepareSleep()
+	if s.sleepCheck != nil {
+		s.sleepCheck()
+	}
 	s.flyBalls(rec)
 	s.hash = s.set.Hash()
 	return s.outputs()
@@ -450,7 +456,8 @@ func (s *Sector) applyMigration(c *replay.Command, rec lineage.Recorder) {
 // hit, and the wrecks, which balls fly through (the flight then depends
 // on the wreck having sunk, which lineage is told).
 func (s *Sector) sailShips(rec lineage.Recorder) {
-	s.grid.reset()
+	s.grid.begin()
+	defer s.grid.end()
 	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
 		r := s.ships.Row(i)
 		if r.U8(shSunk) != 0 {
@@ -477,21 +484,25 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 			}
 			// Not loaded yet: the order stays pending until it is.
 		}
-		s.moveShip(i)
-		if mv := s.motion.Row(i); !s.owned.Contains(int64(mv.I32(mvX)), int64(mv.I32(mvY))) {
-			x, y := mv.I32(mvX), mv.I32(mvY)
+		x, y := s.moveShipBy(i, p)
+		if !s.owned.Contains(int64(x), int64(y)) {
 			s.emigrateShip(i, s.geo.sectorAt(int64(x), int64(y)))
 			continue
 		}
-		s.addToGrid(i)
+		s.grid.put(i, x, y, r.U64(shID), false) // afloat: only flyBalls sinks
 	}
 }
 
 // moveShip applies one tick of the player's controls to ship i: speed,
 // heading, position, groundings and the edge of the world.
 func (s *Sector) moveShip(i int) {
+	s.moveShipBy(i, s.players.Row(int(s.ships.Row(i).U32(shPlayerSlot))))
+}
+
+// moveShipBy is moveShip with the ship's player record p, and returns the
+// ship's position after the move.
+func (s *Sector) moveShipBy(i int, p table.Record) (int32, int32) {
 	r := s.motion.Row(i)
-	p := s.players.Row(int(s.ships.Row(i).U32(shPlayerSlot)))
 	throttle, rudder := int32(p.I8(plThrottle)), int32(p.I8(plRudder))
 	speed, heading := r.I32(mvSpeed), r.U16(mvHeading)
 	x, y := r.I32(mvX), r.I32(mvY)
@@ -533,13 +544,14 @@ func (s *Sector) moveShip(i int) {
 	ny = min(max(ny, ShipRadius), int64(s.geo.h)-ShipRadius)
 
 	if speed == r.I32(mvSpeed) && heading == r.U16(mvHeading) && int32(nx) == x && int32(ny) == y {
-		return // nothing changed: no write, nothing to hash or capture
+		return x, y // nothing changed: no write, nothing to hash or capture
 	}
 	w := s.motion.Mut(i)
 	w.SetI32(mvSpeed, speed)
 	w.SetU16(mvHeading, heading)
 	w.SetI32(mvX, int32(nx))
 	w.SetI32(mvY, int32(ny))
+	return int32(nx), int32(ny)
 }
 
 // islandsNear returns the islands a ship at (x, y) may be aground on
@@ -647,7 +659,7 @@ func (s *Sector) bumpMigrated() {
 // addToGrid buckets ship i in the grid as it stands.
 func (s *Sector) addToGrid(i int) {
 	r, m := s.ships.Row(i), s.motion.Row(i)
-	s.grid.add(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
+	s.grid.put(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
 }
 
 // ballAt returns ball r's position at tick t.

@@ -165,8 +165,8 @@ func (s *Sector) prepareSleep() {
 		for k := range z.wake {
 			z.wake[k] = z.wake[k][:0]
 		}
-		for k := range s.grid.ships {
-			g := &s.grid.ships[k]
+		for _, slot := range s.grid.order {
+			g := &s.grid.ships[slot]
 			s.anchor(int(g.slot), g.id, g.x, g.y)
 		}
 		return
@@ -178,8 +178,8 @@ func (s *Sector) prepareSleep() {
 	}
 	*due = (*due)[:0]
 	z.moved = z.moved[:0]
-	for k := range s.grid.ships {
-		g := &s.grid.ships[k]
+	for _, slot := range s.grid.order {
+		g := &s.grid.ships[slot]
 		i := int(g.slot)
 		if hasBit(z.anchored, i) && z.anchID[i] == g.id {
 			if dx, dy := g.x-z.anchX[i], g.y-z.anchY[i]; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {

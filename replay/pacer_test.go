@@ -3,70 +3,18 @@ package replay
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 )
 
-// manualClock is a Clock moved by hand; it counts the timers waiting.
-type manualClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []manualWaiter
-}
-
-type manualWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, manualWaiter{c.now.Add(d), ch})
-	return ch
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
-
-func (c *manualClock) timers() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.waiters)
-}
-
 // waitTimers waits (real time, bounded) until n timers are set on clk:
 // whoever is waiting on the clock has reached its wait.
-func waitTimers(t *testing.T, clk *manualClock, n int) {
+func waitTimers(t *testing.T, clk *FakeClock, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for clk.timers() < n {
+	for clk.Pending() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d timers set, want %d", clk.timers(), n)
+			t.Fatalf("%d timers set, want %d", clk.Pending(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -74,9 +22,9 @@ func waitTimers(t *testing.T, clk *manualClock, n int) {
 
 // waitAsync runs p.Wait in a goroutine; the channel receives its result.
 // If block, it returns once the Wait has set a timer on clk (it waits).
-func waitAsync(t *testing.T, clk *manualClock, p *Pacer, block bool) chan error {
+func waitAsync(t *testing.T, clk *FakeClock, p *Pacer, block bool) chan error {
 	t.Helper()
-	n := clk.timers()
+	n := clk.Pending()
 	ch := make(chan error, 1)
 	go func() { ch <- p.Wait(context.Background()) }()
 	if block {
@@ -111,7 +59,7 @@ func mustReturn(t *testing.T, ch chan error, what string) {
 // waits while one of them has not stepped the newest tick or when the
 // next tick is near, and goes on once a live tick is overdue.
 func TestPacerGivesLiveTicksPrecedence(t *testing.T) {
-	clk := &manualClock{now: time.Unix(1000, 0)}
+	clk := NewFakeClock(time.Unix(1000, 0))
 	p := NewPacer(PacerConfig{Rate: 30, Budget: 15 * time.Millisecond, MaxWait: 60 * time.Millisecond, Clock: clk})
 	mustReturn(t, waitAsync(t, clk, p, false), "no live runner")
 
@@ -159,7 +107,7 @@ func TestPacerGivesLiveTicksPrecedence(t *testing.T) {
 	b := p.Bounded(30 * time.Millisecond)
 	p.Stepped(1, 13)
 	clk.Advance(20 * time.Millisecond) // tick 14 near
-	n := clk.timers()
+	n := clk.Pending()
 	bch := make(chan error, 1)
 	go func() { bch <- b(context.Background()) }()
 	waitTimers(t, clk, n+1)
@@ -180,7 +128,7 @@ func TestPacerGivesLiveTicksPrecedence(t *testing.T) {
 // paced; a runner killed while it waits steps nothing.
 func TestPacedRunnerWaitsForTheLiveTick(t *testing.T) {
 	entries := entriesOf(tickRec(1), cmdRec(1, 1, writeCmd(0, 5)), tickRec(2), tickRec(3), tickRec(4), tickRec(5))
-	clk := &manualClock{now: time.Unix(1000, 0)}
+	clk := NewFakeClock(time.Unix(1000, 0))
 	p := NewPacer(PacerConfig{Rate: 30, Clock: clk})
 	p.Stepped(7, 100)
 	p.Stepped(8, 99) // a live tick pending: shard 8 has not stepped 100
@@ -216,7 +164,7 @@ func TestPacedRunnerWaitsForTheLiveTick(t *testing.T) {
 	}
 
 	// Killed while waiting: no tick stepped, ErrKilled.
-	clk2 := &manualClock{now: time.Unix(1000, 0)}
+	clk2 := NewFakeClock(time.Unix(1000, 0))
 	p2 := NewPacer(PacerConfig{Rate: 30, Clock: clk2})
 	p2.Stepped(7, 100)
 	p2.Stepped(8, 99)

@@ -19,7 +19,7 @@ import (
 // tick was first stored: a log with no latency, tailed by the standbys.
 type watchedLog struct {
 	*replay.MemLog
-	clk *fakeClock
+	clk *replay.FakeClock
 
 	mu       sync.Mutex
 	watchers []func(tick uint64)
@@ -31,7 +31,7 @@ type watchedLog struct {
 	onAppend func(tick uint64)
 }
 
-func newWatchedLog(clk *fakeClock) *watchedLog {
+func newWatchedLog(clk *replay.FakeClock) *watchedLog {
 	return &watchedLog{MemLog: replay.NewMemLog(), clk: clk, arrived: map[uint64]time.Time{}}
 }
 
@@ -96,7 +96,7 @@ func (l *watchedLog) arrivals() []time.Time {
 // a fake clock, all on one watchedLog.
 type standbyRig struct {
 	t        *testing.T
-	clk      *fakeClock
+	clk      *replay.FakeClock
 	log      *watchedLog
 	period   time.Duration
 	grace    time.Duration
@@ -106,7 +106,7 @@ type standbyRig struct {
 }
 
 func newStandbyRig(t *testing.T, n int) *standbyRig {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := replay.NewFakeClock(time.Unix(1000, 0))
 	r := &standbyRig{t: t, clk: clk, log: newWatchedLog(clk), period: time.Second / 30, start: clk.Now()}
 	r.grace = time.Duration(replay.DefaultStandbyGrace * float64(r.period))
 	for range n {
@@ -154,9 +154,9 @@ func (r *standbyRig) holder(cfg replay.TickerConfig) (stop func(), tk *replay.Ti
 // on the clock again (bounded) before the next one.
 func (r *standbyRig) advance(d time.Duration) {
 	for step := r.period / 4; d > 0; d -= step {
-		before := r.clk.pending()
+		before := r.clk.Pending()
 		r.clk.Advance(min(step, d))
-		for deadline := time.Now().Add(50 * time.Millisecond); r.clk.pending() < before && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(50 * time.Millisecond); r.clk.Pending() < before && time.Now().Before(deadline); {
 			time.Sleep(50 * time.Microsecond)
 		}
 		time.Sleep(200 * time.Microsecond)

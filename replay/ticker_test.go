@@ -3,7 +3,6 @@ package replay_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -141,63 +140,12 @@ func TestTickerExactlyOnceCmdlog(t *testing.T) {
 	raceTickers(t, c)
 }
 
-// fakeClock is a manual Clock.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if d <= 0 {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
-	return ch
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
-
-func (c *fakeClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.waiters)
-}
-
 // The ticker keeps its schedule on the injected clock: one tick per
 // period, a burst to catch up after a short stall, and a fresh schedule
 // (no burst) after a stall longer than MaxLag.
 func TestTickerSchedule(t *testing.T) {
 	l := replay.NewMemLog()
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := replay.NewFakeClock(time.Unix(1000, 0))
 	tk, err := replay.NewTicker(replay.TickerConfig{World: 9, Log: l, Rate: 10, Clock: clk, MaxLag: time.Second, Start: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +156,7 @@ func TestTickerSchedule(t *testing.T) {
 	waitFor := func(ticks uint64) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
-		for (tk.Next() <= ticks || clk.pending() == 0) && time.Now().Before(deadline) {
+		for (tk.Next() <= ticks || clk.Pending() == 0) && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Microsecond)
 		}
 		if got := checkTicks(t, l.Entries(1)); got != ticks {
@@ -234,13 +182,13 @@ func TestTickerSchedule(t *testing.T) {
 // injected clock), in the order issued: a log slower than a tick period.
 type slowLog struct {
 	*replay.MemLog
-	clk     *fakeClock
+	clk     *replay.FakeClock
 	latency time.Duration
 	queue   chan func()
 	stopped chan struct{}
 }
 
-func newSlowLog(clk *fakeClock, latency time.Duration) *slowLog {
+func newSlowLog(clk *replay.FakeClock, latency time.Duration) *slowLog {
 	l := &slowLog{MemLog: replay.NewMemLog(), clk: clk, latency: latency, queue: make(chan func(), 1024), stopped: make(chan struct{})}
 	go func() {
 		defer close(l.stopped)
@@ -278,7 +226,7 @@ func (l *slowLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data [
 // ticks down: the ticker keeps several markers in flight, in tick order
 // (one at a time, it would tick at a third of its rate).
 func TestTickerRateHoldsOnASlowLog(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := replay.NewFakeClock(time.Unix(1000, 0))
 	l := newSlowLog(clk, 100*time.Millisecond)
 	const rate = 30
 	tk, err := replay.NewTicker(replay.TickerConfig{World: 9, Log: l, Rate: rate, Clock: clk, Start: 1})

@@ -80,6 +80,12 @@ type Config struct {
 	// ReconnectAttempts bounds a bot's consecutive failed reconnection
 	// attempts (default 10, with backoff from 50ms to 2s).
 	ReconnectAttempts int
+	// BotsPerSocket is how many bots share one UDP socket (default 32;
+	// 1: a socket each, as separate clients would have). The server tells
+	// connections apart by their QUIC connection ids, not by address, and
+	// a shared socket costs the harness one receive loop, reading several
+	// packets per system call, instead of one per bot.
+	BotsPerSocket int
 }
 
 // Snapshot is the state of a run at one moment (latencies of the last
@@ -247,6 +253,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.ReconnectAttempts <= 0 {
 		cfg.ReconnectAttempts = 10
 	}
+	if cfg.BotsPerSocket <= 0 {
+		cfg.BotsPerSocket = 32
+	}
 	rep := Report{Bots: cfg.N, RatePerBot: cfg.Rate, Behaviour: cfg.Behaviour}
 	st := &stats{ack: newHist(), ackWin: newHist(), app: newHist(), appWin: newHist(), ackResent: newHist(), jitter: newHist(), errors: map[string]int64{}, firstErr: map[string]string{}}
 
@@ -274,6 +283,26 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 
+	// The shared sockets, closed after the bots' clients.
+	var endpoints []*transport.Endpoint
+	defer func() {
+		for _, ep := range endpoints {
+			ep.Close()
+		}
+	}()
+	if cfg.BotsPerSocket > 1 {
+		for range (cfg.N + cfg.BotsPerSocket - 1) / cfg.BotsPerSocket {
+			ecfg := client.Config{TLS: cfg.TLS}
+			if !cfg.NoReconnect {
+				ecfg.Reconnect.Attempts = cfg.ReconnectAttempts // its timeouts
+			}
+			ep, err := client.NewEndpoint(ecfg)
+			if err != nil {
+				return rep, fmt.Errorf("bots: socket: %w", err)
+			}
+			endpoints = append(endpoints, ep)
+		}
+	}
 	// Connect every bot, a few at a time.
 	bots := make([]*bot, cfg.N)
 	var cwg sync.WaitGroup
@@ -297,6 +326,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				return
 			}
 			ccfg := client.Config{Addr: cfg.Server, TLS: cfg.TLS, TokenSource: tokens}
+			if len(endpoints) > 0 {
+				ccfg.Endpoint = endpoints[i/cfg.BotsPerSocket]
+			}
 			if !cfg.NoReconnect {
 				ccfg.Reconnect = client.Reconnect{Attempts: cfg.ReconnectAttempts,
 					Rand: rand.New(rand.NewPCG(cfg.Seed, 1<<32|uint64(i)))}

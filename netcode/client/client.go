@@ -64,6 +64,13 @@ type Config struct {
 	// ms; negative: sent at once). A playing client then costs the server
 	// one packet less per acknowledgement.
 	StateAckDelay time.Duration
+	// Endpoint, if set, is the UDP socket (and QUIC transport) the client
+	// dials from, which other clients may share: a bot harness's many
+	// connections then cost one receive loop per socket, reading several
+	// packets per system call, instead of one socket and loop each. Close
+	// leaves it open (its owner closes it). Make it with NewEndpoint, so
+	// that its timeouts are the ones Dial would pick for this Config.
+	Endpoint *transport.Endpoint
 }
 
 // DefaultStateAckDelay is the default Config.StateAckDelay.
@@ -124,8 +131,9 @@ func (r *Reconnect) Backoff(n int) time.Duration {
 // Client is one session with a game server, over one connection or, with
 // Reconnect, a succession of them.
 type Client struct {
-	cfg Config
-	ep  *transport.Endpoint
+	cfg   Config
+	ep    *transport.Endpoint
+	ownEP bool // ep is the client's own (not Config.Endpoint): Close closes it
 
 	// mu serialises writes on the stream: Send, AckState and the resend
 	// after a reconnection. It is never held while waiting for the server
@@ -185,29 +193,45 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Session == 0 {
 		cfg.Session = newSessionID()
 	}
-	tcfg := transport.Config{ListenAddr: "127.0.0.1:0", ClientTLS: cfg.TLS,
-		ALPN: []string{wire.ALPN}, MaxFrameSize: wire.MaxSessionFrameSize, EnableDatagrams: true}
 	if cfg.Reconnect.Attempts > 0 {
 		cfg.Reconnect.defaults(cfg.Session)
-		tcfg.IdleTimeout = cfg.Reconnect.IdleTimeout
-		tcfg.KeepAlivePeriod = cfg.Reconnect.IdleTimeout / 3
 	}
-	ep, err := transport.NewEndpoint(tcfg)
-	if err != nil {
-		return nil, err
+	ep, own := cfg.Endpoint, cfg.Endpoint == nil
+	if own {
+		var err error
+		if ep, err = NewEndpoint(cfg); err != nil {
+			return nil, err
+		}
 	}
-	c := &Client{cfg: cfg, ep: ep, pending: map[uint64][]byte{},
+	c := &Client{cfg: cfg, ep: ep, ownEP: own, pending: map[uint64][]byte{},
 		results: make(chan wire.CommandResult, 1024), updates: make(chan wire.StateUpdate, 64), done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	l, w, err := c.connect(ctx)
 	if err != nil {
 		c.cancel()
-		ep.Close()
+		if own {
+			ep.Close()
+		}
 		return nil, err
 	}
 	ended := c.install(l, w)
 	go c.run(l, ended)
 	return c, nil
+}
+
+// NewEndpoint returns the endpoint Dial makes for cfg (cfg.Endpoint
+// unset): a UDP socket on 127.0.0.1 with the idle timeout and keep-alives
+// of cfg.Reconnect. Several clients of the same Config may share it
+// (Config.Endpoint); its owner closes it after their Close.
+func NewEndpoint(cfg Config) (*transport.Endpoint, error) {
+	tcfg := transport.Config{ListenAddr: "127.0.0.1:0", ClientTLS: cfg.TLS,
+		ALPN: []string{wire.ALPN}, MaxFrameSize: wire.MaxSessionFrameSize, EnableDatagrams: true}
+	if r := cfg.Reconnect; r.Attempts > 0 {
+		r.defaults(cfg.Session)
+		tcfg.IdleTimeout = r.IdleTimeout
+		tcfg.KeepAlivePeriod = r.IdleTimeout / 3
+	}
+	return transport.NewEndpoint(tcfg)
 }
 
 // newSessionID returns a random non-zero session id.
@@ -353,6 +377,12 @@ func (c *Client) run(l *link, ended <-chan error) {
 		}
 		c.reconnects.Add(1)
 		l, ended = nl, c.install(nl, w)
+		if c.closing.Load() {
+			// Close ran during the reconnection and did not see nl (it
+			// closes the link it finds after setting closing): with a
+			// shared endpoint nothing else would close it.
+			nl.conn.CloseWithCode(transport.CodeNormal, "bye")
+		}
 	}
 }
 
@@ -556,8 +586,12 @@ func (c *Client) Close() error {
 	if l := c.cur.Load(); l != nil {
 		l.conn.CloseWithCode(transport.CodeNormal, "bye")
 	}
-	// A reconnection under way stops at its next step.
-	err := c.ep.Close()
+	// A reconnection under way stops at its next step (c.ctx ended; an
+	// own endpoint closed).
+	var err error
+	if c.ownEP {
+		err = c.ep.Close()
+	}
 	<-c.done
 	return err
 }

@@ -583,11 +583,13 @@ func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
 	next := time.Now().Add(time.Duration(rng.Int64N(int64(interval) + 1)))
 	b.send(broadside.ToGameCommand(broadside.Join()), st)
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Until(next)):
+		case <-timer.C:
 		}
 		next = next.Add(interval)
 		if late := time.Since(next); late > 4*interval {
@@ -596,6 +598,7 @@ func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
 			// that a rate limit of twice the rate would refuse.
 			next = time.Now()
 		}
+		timer.Reset(time.Until(next)) // the turn after this one
 		b.mu.Lock()
 		full := len(b.acks) >= cfg.Window
 		b.mu.Unlock()

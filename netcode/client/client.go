@@ -152,6 +152,10 @@ type Client struct {
 	// sequence number (resent after a reconnection).
 	pmu     sync.Mutex
 	pending map[uint64][]byte
+	// low is at most the lowest sequence number in pending (under pmu):
+	// Send finds the lowest one by walking up from it, instead of going
+	// through the whole map for every command.
+	low uint64
 
 	streamUpdates atomic.Uint64
 	reconnects    atomic.Uint64
@@ -452,14 +456,14 @@ func (c *Client) Send(cmd wire.GameCommand) (uint64, error) {
 		c.nextSeq = max(c.nextSeq, cmd.Seq)
 	}
 	c.pmu.Lock()
+	if cmd.Seq < c.low {
+		c.low = cmd.Seq // a caller's own, lower number
+	}
 	if cmd.Settled == 0 {
 		// Every command below the lowest one without a verdict has its
 		// verdict here: the server's dedup floor may pass those (and only
 		// those), since none of them is ever sent again.
-		cmd.Settled = cmd.Seq
-		for s := range c.pending {
-			cmd.Settled = min(cmd.Settled, s)
-		}
+		cmd.Settled = c.lowestPending(cmd.Seq)
 	}
 	frame := wire.EncodeGameCommand(nil, cmd)
 	c.pending[cmd.Seq] = frame
@@ -483,6 +487,28 @@ func (c *Client) Send(cmd wire.GameCommand) (uint64, error) {
 		err = nil // resent after the reconnection
 	}
 	return cmd.Seq, err
+}
+
+// lowestPending returns the lowest sequence number in pending, or seq if
+// none is lower, and moves low up to it (pmu held). Numbers are dense, so
+// the walk is amortised over the commands sent; after a jump (a caller's
+// own numbers) the map is searched instead.
+func (c *Client) lowestPending(seq uint64) uint64 {
+	if seq-c.low > 2*uint64(len(c.pending))+64 {
+		low := seq
+		for s := range c.pending {
+			low = min(low, s)
+		}
+		c.low = low
+		return low
+	}
+	for c.low < seq {
+		if _, ok := c.pending[c.low]; ok {
+			break
+		}
+		c.low++
+	}
+	return c.low
 }
 
 // AckState tells the server this client holds the state of tick, so that

@@ -510,7 +510,10 @@ func (b *bot) readResults(st *stats, onDurable func(uint32, uint64), onAck func(
 // readUpdates rebuilds the bot's view of the world from its state updates,
 // acknowledges each new tick, and measures applied latency and jitter.
 func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) {
-	var tr broadside.StateTracker
+	// The tracker builds each frame in the memory of one 16 ticks older
+	// (Reuse): the bot reads only b.frame, the latest, and only under
+	// b.mu, which Apply holds too.
+	tr := broadside.StateTracker{Reuse: true}
 	var last time.Time
 	var reconnects uint64
 	resyncing := false
@@ -527,7 +530,7 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 		if n := b.c.Reconnects(); n != reconnects {
 			// A new connection (perhaps to a restarted server, whose
 			// ticks may be behind ours) starts from a full state.
-			reconnects, tr, last, resyncing = n, broadside.StateTracker{}, time.Time{}, true
+			reconnects, tr, last, resyncing = n, broadside.StateTracker{Reuse: true}, time.Time{}, true
 		}
 		if resyncing && u.BaseTick != 0 {
 			continue // a delta of the lost connection
@@ -535,7 +538,13 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 		if l := tr.Latest(); l != nil && u.Tick <= l.Tick {
 			continue // an old update arriving late (its base may be gone): nothing to learn
 		}
+		b.mu.Lock()
 		f, err := tr.Apply(u.Tick, u.BaseTick, u.Payload)
+		latest := err == nil && f == tr.Latest()
+		if latest {
+			b.frame.Store(f)
+		}
+		b.mu.Unlock()
 		if err == nil {
 			resyncing = false
 		}
@@ -545,10 +554,9 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 			st.errDetail(StateErrorKind(err), err.Error())
 			continue
 		}
-		if f != tr.Latest() {
+		if !latest {
 			continue // an old update arriving late
 		}
-		b.frame.Store(f)
 		b.c.AckState(u.Tick)
 		var jitter int64 = -1
 		if !last.IsZero() {
@@ -608,7 +616,10 @@ func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
 			st.mu.Unlock()
 			continue
 		}
-		b.send(b.decide(cfg.Behaviour, rng), st)
+		b.mu.Lock() // b.frame's memory is reused under b.mu (readUpdates)
+		cmd := b.decide(cfg.Behaviour, rng)
+		b.mu.Unlock()
+		b.send(cmd, st)
 	}
 }
 

@@ -2,6 +2,7 @@ package broadside
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -306,22 +307,27 @@ func FuzzTrackerReuse(f *testing.F) {
 	})
 }
 
-// BenchmarkTrackerApplyReuse is BenchmarkTrackerApply with Reuse, one
-// tracker over every round of 16 updates (ticks going on), as a bot's.
-func BenchmarkTrackerApplyReuse(b *testing.B) {
+// BenchmarkTrackerRounds: 16 updates (3 full, then deltas against a tick
+// 3 back, 60 ships and 400 balls) per op into one tracker whose ticks go
+// on from round to round, as a bot's, with and without Reuse.
+func BenchmarkTrackerRounds(b *testing.B) {
 	_, payloads := reuseTape(16)
-	tr := StateTracker{Reuse: true}
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		for k, p := range payloads {
-			tick := uint64(i*16 + k + 1)
-			base := uint64(0)
-			if k > 2 {
-				base = tick - 3
+	for _, reuse := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reuse=%v", reuse), func(b *testing.B) {
+			tr := StateTracker{Reuse: reuse}
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				for k, p := range payloads {
+					tick := uint64(i*16 + k + 1)
+					base := uint64(0)
+					if k > 2 {
+						base = tick - 3
+					}
+					if _, err := tr.Apply(tick, base, p); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
-			if _, err := tr.Apply(tick, base, p); err != nil {
-				b.Fatal(err)
-			}
-		}
+		})
 	}
 }

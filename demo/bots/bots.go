@@ -80,6 +80,12 @@ type Config struct {
 	// ReconnectAttempts bounds a bot's consecutive failed reconnection
 	// attempts (default 10, with backoff from 50ms to 2s).
 	ReconnectAttempts int
+	// BotsPerSocket is how many bots share one UDP socket (default 32;
+	// 1: a socket each, as separate clients would have). The server tells
+	// connections apart by their QUIC connection ids, not by address, and
+	// a shared socket costs the harness one receive loop, reading several
+	// packets per system call, instead of one per bot.
+	BotsPerSocket int
 }
 
 // Snapshot is the state of a run at one moment (latencies of the last
@@ -247,6 +253,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.ReconnectAttempts <= 0 {
 		cfg.ReconnectAttempts = 10
 	}
+	if cfg.BotsPerSocket <= 0 {
+		cfg.BotsPerSocket = 32
+	}
 	rep := Report{Bots: cfg.N, RatePerBot: cfg.Rate, Behaviour: cfg.Behaviour}
 	st := &stats{ack: newHist(), ackWin: newHist(), app: newHist(), appWin: newHist(), ackResent: newHist(), jitter: newHist(), errors: map[string]int64{}, firstErr: map[string]string{}}
 
@@ -274,6 +283,26 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 
+	// The shared sockets, closed after the bots' clients.
+	var endpoints []*transport.Endpoint
+	defer func() {
+		for _, ep := range endpoints {
+			ep.Close()
+		}
+	}()
+	if cfg.BotsPerSocket > 1 {
+		for range (cfg.N + cfg.BotsPerSocket - 1) / cfg.BotsPerSocket {
+			ecfg := client.Config{TLS: cfg.TLS}
+			if !cfg.NoReconnect {
+				ecfg.Reconnect.Attempts = cfg.ReconnectAttempts // its timeouts
+			}
+			ep, err := client.NewEndpoint(ecfg)
+			if err != nil {
+				return rep, fmt.Errorf("bots: socket: %w", err)
+			}
+			endpoints = append(endpoints, ep)
+		}
+	}
 	// Connect every bot, a few at a time.
 	bots := make([]*bot, cfg.N)
 	var cwg sync.WaitGroup
@@ -297,6 +326,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				return
 			}
 			ccfg := client.Config{Addr: cfg.Server, TLS: cfg.TLS, TokenSource: tokens}
+			if len(endpoints) > 0 {
+				ccfg.Endpoint = endpoints[i/cfg.BotsPerSocket]
+			}
 			if !cfg.NoReconnect {
 				ccfg.Reconnect = client.Reconnect{Attempts: cfg.ReconnectAttempts,
 					Rand: rand.New(rand.NewPCG(cfg.Seed, 1<<32|uint64(i)))}
@@ -478,7 +510,10 @@ func (b *bot) readResults(st *stats, onDurable func(uint32, uint64), onAck func(
 // readUpdates rebuilds the bot's view of the world from its state updates,
 // acknowledges each new tick, and measures applied latency and jitter.
 func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) {
-	var tr broadside.StateTracker
+	// The tracker builds each frame in the memory of one 16 ticks older
+	// (Reuse): the bot reads only b.frame, the latest, and only under
+	// b.mu, which Apply holds too.
+	tr := broadside.StateTracker{Reuse: true}
 	var last time.Time
 	var reconnects uint64
 	resyncing := false
@@ -495,7 +530,7 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 		if n := b.c.Reconnects(); n != reconnects {
 			// A new connection (perhaps to a restarted server, whose
 			// ticks may be behind ours) starts from a full state.
-			reconnects, tr, last, resyncing = n, broadside.StateTracker{}, time.Time{}, true
+			reconnects, tr, last, resyncing = n, broadside.StateTracker{Reuse: true}, time.Time{}, true
 		}
 		if resyncing && u.BaseTick != 0 {
 			continue // a delta of the lost connection
@@ -503,7 +538,13 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 		if l := tr.Latest(); l != nil && u.Tick <= l.Tick {
 			continue // an old update arriving late (its base may be gone): nothing to learn
 		}
+		b.mu.Lock()
 		f, err := tr.Apply(u.Tick, u.BaseTick, u.Payload)
+		latest := err == nil && f == tr.Latest()
+		if latest {
+			b.frame.Store(f)
+		}
+		b.mu.Unlock()
 		if err == nil {
 			resyncing = false
 		}
@@ -513,10 +554,9 @@ func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) 
 			st.errDetail(StateErrorKind(err), err.Error())
 			continue
 		}
-		if f != tr.Latest() {
+		if !latest {
 			continue // an old update arriving late
 		}
-		b.frame.Store(f)
 		b.c.AckState(u.Tick)
 		var jitter int64 = -1
 		if !last.IsZero() {
@@ -551,11 +591,13 @@ func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
 	next := time.Now().Add(time.Duration(rng.Int64N(int64(interval) + 1)))
 	b.send(broadside.ToGameCommand(broadside.Join()), st)
+	timer := time.NewTimer(time.Until(next))
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Until(next)):
+		case <-timer.C:
 		}
 		next = next.Add(interval)
 		if late := time.Since(next); late > 4*interval {
@@ -564,6 +606,7 @@ func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
 			// that a rate limit of twice the rate would refuse.
 			next = time.Now()
 		}
+		timer.Reset(time.Until(next)) // the turn after this one
 		b.mu.Lock()
 		full := len(b.acks) >= cfg.Window
 		b.mu.Unlock()
@@ -573,7 +616,10 @@ func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
 			st.mu.Unlock()
 			continue
 		}
-		b.send(b.decide(cfg.Behaviour, rng), st)
+		b.mu.Lock() // b.frame's memory is reused under b.mu (readUpdates)
+		cmd := b.decide(cfg.Behaviour, rng)
+		b.mu.Unlock()
+		b.send(cmd, st)
 	}
 }
 

@@ -1,6 +1,8 @@
 package broadside
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -205,5 +207,127 @@ func BenchmarkTrackerApply(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	}
+}
+
+// reuseTape is a sequence of sealed frames and the deltas viewer 7 gets
+// of them (tick k against tick k-3, full for the first 3).
+func reuseTape(n int) (frames []*Frame, payloads [][]byte) {
+	r := rand.New(rand.NewPCG(5, 6))
+	var enc StateEncoder
+	for tick := uint64(1); tick <= uint64(n); tick++ {
+		f := randomFrame(r, tick, 60, 400)
+		var prev *Frame
+		if len(frames) > 0 {
+			prev = frames[len(frames)-1]
+		}
+		f.Seal(prev, 1_500_000)
+		frames = append(frames, f)
+		var base *Frame
+		if tick > 3 {
+			base = frames[len(frames)-4]
+		}
+		payloads = append(payloads, enc.Encode(nil, f, base, 7))
+	}
+	return frames, payloads
+}
+
+func baseOf(tick uint64) uint64 {
+	if tick > 3 {
+		return tick - 3
+	}
+	return 0
+}
+
+// TestTrackerReuseMatches: a tracker that reuses old frames' memory
+// (Reuse) returns, update after update, the frames a fresh decode gives,
+// also after a malformed update that failed half-way through a reused
+// frame.
+func TestTrackerReuseMatches(t *testing.T) {
+	_, payloads := reuseTape(80)
+	reuse, plain := StateTracker{Reuse: true}, StateTracker{}
+	for k, p := range payloads {
+		tick := uint64(k + 1)
+		if tick == 50 {
+			// Truncated: it fails after the ships were decoded into the
+			// frame of tick 34, which it was reusing.
+			if _, err := reuse.Apply(tick, baseOf(tick), p[:len(p)/2]); !errors.Is(err, ErrBadState) {
+				t.Fatalf("truncated update: %v", err)
+			}
+		}
+		g, err := reuse.Apply(tick, baseOf(tick), p)
+		if err != nil {
+			t.Fatalf("tick %d: %v", tick, err)
+		}
+		w, err := plain.Apply(tick, baseOf(tick), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(normalize(g), normalize(w)) {
+			t.Fatalf("tick %d: the reusing tracker's frame differs from a fresh decode", tick)
+		}
+	}
+}
+
+// FuzzTrackerReuse: whatever update a reusing tracker is given (and
+// fails or applies), the next valid update gives the frame a fresh decode
+// does.
+func FuzzTrackerReuse(f *testing.F) {
+	_, payloads := reuseTape(24)
+	f.Add(payloads[20])
+	f.Add(payloads[20][:len(payloads[20])/2])
+	f.Add([]byte{stateFormat, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		reuse, plain := StateTracker{Reuse: true}, StateTracker{}
+		for k, q := range payloads[:20] {
+			tick := uint64(k + 1)
+			if _, err := reuse.Apply(tick, baseOf(tick), q); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := plain.Apply(tick, baseOf(tick), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := reuse.Apply(21, baseOf(21), p); err != nil && !errors.Is(err, ErrBadState) {
+			t.Fatalf("error does not wrap ErrBadState: %v", err)
+		}
+		// Tick 22 against 19, which the tracker still holds whatever
+		// tick 21 did.
+		g, err := reuse.Apply(22, 19, payloads[21])
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := plain.Apply(22, 19, payloads[21])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(normalize(g), normalize(w)) {
+			t.Fatal("after a fuzzed update, the reusing tracker's frame differs from a fresh decode")
+		}
+	})
+}
+
+// BenchmarkTrackerRounds: 16 updates (3 full, then deltas against a tick
+// 3 back, 60 ships and 400 balls) per op into one tracker whose ticks go
+// on from round to round, as a bot's, with and without Reuse.
+func BenchmarkTrackerRounds(b *testing.B) {
+	_, payloads := reuseTape(16)
+	for _, reuse := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reuse=%v", reuse), func(b *testing.B) {
+			tr := StateTracker{Reuse: reuse}
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				for k, p := range payloads {
+					tick := uint64(i*16 + k + 1)
+					base := uint64(0)
+					if k > 2 {
+						base = tick - 3
+					}
+					if _, err := tr.Apply(tick, base, p); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }

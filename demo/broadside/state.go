@@ -624,7 +624,7 @@ func (r *stateReader) ids(ids []lineage.EntityID, max int) []lineage.EntityID {
 // StateEncoder.Encode. It validates everything: a malformed payload, or one
 // that does not fit base, returns an error wrapping ErrBadState.
 func ApplyDelta(base *Frame, tick uint64, payload []byte) (*Frame, error) {
-	return applyDelta(base, tick, payload, nil)
+	return applyDelta(base, tick, payload, nil, nil)
 }
 
 // deltaScratch is ApplyDelta's temporary space, kept by a StateTracker
@@ -635,7 +635,9 @@ type deltaScratch struct {
 	balls   []BallView
 }
 
-func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch) (*Frame, error) {
+// applyDelta is ApplyDelta with scratch space and, if reuse is not nil,
+// a frame (not base) whose memory becomes the result's.
+func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch, reuse *Frame) (*Frame, error) {
 	if sc == nil {
 		sc = &deltaScratch{}
 	}
@@ -654,6 +656,13 @@ func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch) (*Fr
 		baseShips, baseBalls = base.Ships, base.Balls
 	}
 	out := &Frame{Tick: tick}
+	var shipsMem []ShipView
+	var ballsMem []BallView
+	if reuse != nil {
+		shipsMem, ballsMem = reuse.Ships[:0], reuse.Balls[:0]
+		*reuse = Frame{Tick: tick}
+		out = reuse
+	}
 
 	removed := r.ids(sc.removed[:0], maxStateShips)
 	n := int(r.uvarint(maxStateShips))
@@ -726,7 +735,7 @@ func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch) (*Fr
 		return nil, r.err
 	}
 	// Merge: base ships not removed carry over; updated ones replace.
-	out.Ships = make([]ShipView, 0, len(baseShips)+len(ships))
+	out.Ships = slices.Grow(shipsMem, len(baseShips)+len(ships))
 	ri, ui := 0, 0
 	for _, b := range baseShips {
 		if ri < len(removed) && removed[ri] < b.ID {
@@ -788,7 +797,7 @@ func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch) (*Fr
 	if len(r.b) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the update", ErrBadState, len(r.b))
 	}
-	out.Balls = make([]BallView, 0, len(baseBalls)+len(balls))
+	out.Balls = slices.Grow(ballsMem, len(baseBalls)+len(balls))
 	ri, ui = 0, 0
 	for _, b := range baseBalls {
 		if ri < len(removed) && removed[ri] < b.ID {
@@ -824,6 +833,13 @@ type StateTracker struct {
 	frames  [16]*Frame // a server bases deltas on ticks at most 15 back
 	latest  *Frame
 	scratch deltaScratch
+	// Reuse makes Apply build the new frame in the memory of the frame it
+	// replaces in its ring (one of a tick 16 or more older; never the
+	// base nor Latest), instead of allocating one per update: the caller
+	// must not use a frame once it is neither Latest nor one of the 15
+	// ticks before it. A bot that reads only the latest frame, under the
+	// same lock as Apply, allocates nothing per update this way.
+	Reuse bool
 }
 
 // Apply decodes an update of tick against baseTick (0: full) and returns
@@ -841,13 +857,22 @@ func (t *StateTracker) Apply(tick, baseTick uint64, payload []byte) (*Frame, err
 			return nil, fmt.Errorf("%w: update of tick %d against tick %d (its slot holds tick %d)", ErrBaseNotHeld, tick, baseTick, held)
 		}
 	}
-	f, err := applyDelta(base, tick, payload, &t.scratch)
-	if err != nil {
-		return nil, fmt.Errorf("update of tick %d against tick %d: %w", tick, baseTick, err)
-	}
 	// A late update never replaces a newer frame in its slot: that frame
 	// may be the base the server uses next.
-	if slot := &t.frames[tick%uint64(len(t.frames))]; *slot == nil || (*slot).Tick < tick {
+	slot := &t.frames[tick%uint64(len(t.frames))]
+	replace := *slot == nil || (*slot).Tick < tick
+	var reuse *Frame
+	if t.Reuse && replace && *slot != nil && *slot != base && *slot != t.latest {
+		reuse = *slot
+	}
+	f, err := applyDelta(base, tick, payload, &t.scratch, reuse)
+	if err != nil {
+		if reuse != nil {
+			*slot = nil // its memory is half overwritten; 16 ticks old, no base the server still uses
+		}
+		return nil, fmt.Errorf("update of tick %d against tick %d: %w", tick, baseTick, err)
+	}
+	if replace {
 		*slot = f
 	}
 	if t.latest == nil || tick > t.latest.Tick {

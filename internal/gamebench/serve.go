@@ -92,7 +92,14 @@ type serveResult struct {
 	// (log, intake, fan-out, sim, quic; "other" for the runtime's own
 	// goroutines, the garbage collector's among them).
 	PerPlayerTickUs map[string]float64 `json:"cpu_per_player_tick_us"`
-	Err             string             `json:"error,omitempty"`
+	// PacketsUp and PacketsDown are the QUIC packets (UDP datagrams after
+	// the handshake) per player-tick the bots sent and received (the
+	// bots' connection statistics over bots × world ticks);
+	// BotMsPerBotSec is the bots' CPU per bot-second, ms.
+	PacketsUp      float64 `json:"packets_up_per_player_tick"`
+	PacketsDown    float64 `json:"packets_down_per_player_tick"`
+	BotMsPerBotSec float64 `json:"bot_cpu_ms_per_bot_second"`
+	Err            string  `json:"error,omitempty"`
 }
 
 // serverComponents are the component labels in the order the table shows.
@@ -232,6 +239,12 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	res.AppliedP50, res.AppliedP99 = rep.AppliedP50us, rep.AppliedP99us
 	res.TicksPerSec = float64(ticks) / elapsed.Seconds()
 	res.UpdatesPerSec = rep.UpdatesPerSec
+	if res.TicksPerSec > 0 {
+		res.PacketsUp, res.PacketsDown = rep.UpPacketsPerSec/res.TicksPerSec, rep.DownPacketsPerSec/res.TicksPerSec
+	}
+	if n > 0 {
+		res.BotMsPerBotSec = res.BotCores * 1000 / float64(n)
+	}
 	res.Cores = float64(cpu) / float64(elapsed)
 	if rep.Sent > 0 {
 		res.CPUPerCmdUs = float64(cpu.Microseconds()) / float64(rep.Sent)
@@ -304,9 +317,10 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 	fmt.Fprintf(out, "\nServer CPU (the process less the bots, from the CPU profile's goroutine labels), and per\n")
 	fmt.Fprintf(out, "player-tick (bots × world ticks) by component, µs: log = the embedded command log; intake =\n")
 	fmt.Fprintf(out, "sessions, reading and checking commands; fan-out = state updates and acknowledgements; sim = the\n")
-	fmt.Fprintf(out, "world's Runners, snapshots and Ticker; quic = the players' QUIC connections; other = the runtime (GC)\n")
+	fmt.Fprintf(out, "world's Runners, snapshots and Ticker; quic = the players' QUIC connections; other = the runtime (GC);\n")
+	fmt.Fprintf(out, "pkts up/down = QUIC packets per player-tick the bots sent/received; bot ms/bot-s = the bots' CPU per bot-second\n")
 	tw = tabwriter.NewWriter(out, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "contender\tbots\tserver cores\tbot cores\t%s\ttotal\t\n", strings.Join(serverComponents, "\t"))
+	fmt.Fprintf(tw, "contender\tbots\tserver cores\tbot cores\t%s\ttotal\tpkts up\tpkts down\tbot ms/bot-s\t\n", strings.Join(serverComponents, "\t"))
 	for _, n := range cfg.Bots {
 		for _, c := range contenders {
 			for _, r := range results {
@@ -319,7 +333,8 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 					cells = append(cells, fmt.Sprintf("%.1f", r.PerPlayerTickUs[k]))
 					total += r.PerPlayerTickUs[k]
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%s\t%.1f\t\n", r.Contender, r.Bots, r.ServerCores, r.BotCores, strings.Join(cells, "\t"), total)
+				fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t%.2f\t\n", r.Contender, r.Bots, r.ServerCores, r.BotCores, strings.Join(cells, "\t"), total,
+					r.PacketsUp, r.PacketsDown, r.BotMsPerBotSec)
 			}
 		}
 	}

@@ -64,6 +64,13 @@ type Config struct {
 	// ms; negative: sent at once). A playing client then costs the server
 	// one packet less per acknowledgement.
 	StateAckDelay time.Duration
+	// Endpoint, if set, is the UDP socket (and QUIC transport) the client
+	// dials from, which other clients may share: a bot harness's many
+	// connections then cost one receive loop per socket, reading several
+	// packets per system call, instead of one socket and loop each. Close
+	// leaves it open (its owner closes it). Make it with NewEndpoint, so
+	// that its timeouts are the ones Dial would pick for this Config.
+	Endpoint *transport.Endpoint
 }
 
 // DefaultStateAckDelay is the default Config.StateAckDelay.
@@ -124,8 +131,9 @@ func (r *Reconnect) Backoff(n int) time.Duration {
 // Client is one session with a game server, over one connection or, with
 // Reconnect, a succession of them.
 type Client struct {
-	cfg Config
-	ep  *transport.Endpoint
+	cfg   Config
+	ep    *transport.Endpoint
+	ownEP bool // ep is the client's own (not Config.Endpoint): Close closes it
 
 	// mu serialises writes on the stream: Send, AckState and the resend
 	// after a reconnection. It is never held while waiting for the server
@@ -144,6 +152,10 @@ type Client struct {
 	// sequence number (resent after a reconnection).
 	pmu     sync.Mutex
 	pending map[uint64][]byte
+	// low is at most the lowest sequence number in pending (under pmu):
+	// Send finds the lowest one by walking up from it, instead of going
+	// through the whole map for every command.
+	low uint64
 
 	streamUpdates atomic.Uint64
 	reconnects    atomic.Uint64
@@ -185,29 +197,45 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Session == 0 {
 		cfg.Session = newSessionID()
 	}
-	tcfg := transport.Config{ListenAddr: "127.0.0.1:0", ClientTLS: cfg.TLS,
-		ALPN: []string{wire.ALPN}, MaxFrameSize: wire.MaxSessionFrameSize, EnableDatagrams: true}
 	if cfg.Reconnect.Attempts > 0 {
 		cfg.Reconnect.defaults(cfg.Session)
-		tcfg.IdleTimeout = cfg.Reconnect.IdleTimeout
-		tcfg.KeepAlivePeriod = cfg.Reconnect.IdleTimeout / 3
 	}
-	ep, err := transport.NewEndpoint(tcfg)
-	if err != nil {
-		return nil, err
+	ep, own := cfg.Endpoint, cfg.Endpoint == nil
+	if own {
+		var err error
+		if ep, err = NewEndpoint(cfg); err != nil {
+			return nil, err
+		}
 	}
-	c := &Client{cfg: cfg, ep: ep, pending: map[uint64][]byte{},
+	c := &Client{cfg: cfg, ep: ep, ownEP: own, pending: map[uint64][]byte{},
 		results: make(chan wire.CommandResult, 1024), updates: make(chan wire.StateUpdate, 64), done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	l, w, err := c.connect(ctx)
 	if err != nil {
 		c.cancel()
-		ep.Close()
+		if own {
+			ep.Close()
+		}
 		return nil, err
 	}
 	ended := c.install(l, w)
 	go c.run(l, ended)
 	return c, nil
+}
+
+// NewEndpoint returns the endpoint Dial makes for cfg (cfg.Endpoint
+// unset): a UDP socket on 127.0.0.1 with the idle timeout and keep-alives
+// of cfg.Reconnect. Several clients of the same Config may share it
+// (Config.Endpoint); its owner closes it after their Close.
+func NewEndpoint(cfg Config) (*transport.Endpoint, error) {
+	tcfg := transport.Config{ListenAddr: "127.0.0.1:0", ClientTLS: cfg.TLS,
+		ALPN: []string{wire.ALPN}, MaxFrameSize: wire.MaxSessionFrameSize, EnableDatagrams: true}
+	if r := cfg.Reconnect; r.Attempts > 0 {
+		r.defaults(cfg.Session)
+		tcfg.IdleTimeout = r.IdleTimeout
+		tcfg.KeepAlivePeriod = r.IdleTimeout / 3
+	}
+	return transport.NewEndpoint(tcfg)
 }
 
 // newSessionID returns a random non-zero session id.
@@ -353,6 +381,12 @@ func (c *Client) run(l *link, ended <-chan error) {
 		}
 		c.reconnects.Add(1)
 		l, ended = nl, c.install(nl, w)
+		if c.closing.Load() {
+			// Close ran during the reconnection and did not see nl (it
+			// closes the link it finds after setting closing): with a
+			// shared endpoint nothing else would close it.
+			nl.conn.CloseWithCode(transport.CodeNormal, "bye")
+		}
 	}
 }
 
@@ -422,14 +456,14 @@ func (c *Client) Send(cmd wire.GameCommand) (uint64, error) {
 		c.nextSeq = max(c.nextSeq, cmd.Seq)
 	}
 	c.pmu.Lock()
+	if cmd.Seq < c.low {
+		c.low = cmd.Seq // a caller's own, lower number
+	}
 	if cmd.Settled == 0 {
 		// Every command below the lowest one without a verdict has its
 		// verdict here: the server's dedup floor may pass those (and only
 		// those), since none of them is ever sent again.
-		cmd.Settled = cmd.Seq
-		for s := range c.pending {
-			cmd.Settled = min(cmd.Settled, s)
-		}
+		cmd.Settled = c.lowestPending(cmd.Seq)
 	}
 	frame := wire.EncodeGameCommand(nil, cmd)
 	c.pending[cmd.Seq] = frame
@@ -453,6 +487,28 @@ func (c *Client) Send(cmd wire.GameCommand) (uint64, error) {
 		err = nil // resent after the reconnection
 	}
 	return cmd.Seq, err
+}
+
+// lowestPending returns the lowest sequence number in pending, or seq if
+// none is lower, and moves low up to it (pmu held). Numbers are dense, so
+// the walk is amortised over the commands sent; after a jump (a caller's
+// own numbers) the map is searched instead.
+func (c *Client) lowestPending(seq uint64) uint64 {
+	if seq-c.low > 2*uint64(len(c.pending))+64 {
+		low := seq
+		for s := range c.pending {
+			low = min(low, s)
+		}
+		c.low = low
+		return low
+	}
+	for c.low < seq {
+		if _, ok := c.pending[c.low]; ok {
+			break
+		}
+		c.low++
+	}
+	return c.low
 }
 
 // AckState tells the server this client holds the state of tick, so that
@@ -556,8 +612,12 @@ func (c *Client) Close() error {
 	if l := c.cur.Load(); l != nil {
 		l.conn.CloseWithCode(transport.CodeNormal, "bye")
 	}
-	// A reconnection under way stops at its next step.
-	err := c.ep.Close()
+	// A reconnection under way stops at its next step (c.ctx ended; an
+	// own endpoint closed).
+	var err error
+	if c.ownEP {
+		err = c.ep.Close()
+	}
 	<-c.done
 	return err
 }

@@ -67,3 +67,33 @@ func TestSendSaysWhatIsSettled(t *testing.T) {
 		t.Fatalf("command %d: settled %d with nothing else pending, want %d", s, got, s)
 	}
 }
+
+// TestSettledAcrossJumps: the lowest pending command is found when a
+// caller numbers commands itself, far above the last one or below it.
+func TestSettledAcrossJumps(t *testing.T) {
+	c := &Client{cfg: Config{Reconnect: Reconnect{Attempts: 1}}, pending: map[uint64][]byte{}}
+	settled := func(seq uint64) uint64 {
+		cmd, err := wire.DecodeGameCommand(c.pending[seq])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmd.Settled
+	}
+	for i := 0; i < 100; i++ {
+		s, _ := c.Send(wire.GameCommand{Kind: wire.CommandRudder})
+		if i < 99 {
+			delete(c.pending, s) // answered, all but the last
+		}
+	}
+	if s, _ := c.Send(wire.GameCommand{Kind: wire.CommandRudder, Seq: 1 << 40}); settled(s) != 100 {
+		t.Fatalf("after a jump: settled %d, want 100 (still pending)", settled(s))
+	}
+	delete(c.pending, 100)
+	if s, _ := c.Send(wire.GameCommand{Kind: wire.CommandRudder, Seq: 50}); settled(s) != 50 {
+		t.Fatalf("a lower number: settled %d, want 50", settled(s))
+	}
+	delete(c.pending, 50)
+	if s, _ := c.Send(wire.GameCommand{Kind: wire.CommandRudder}); s != 1<<40+1 || settled(s) != 1<<40 {
+		t.Fatalf("after both: seq %d settled %d, want %d and %d", s, settled(s), uint64(1<<40+1), uint64(1<<40))
+	}
+}

@@ -125,10 +125,14 @@ type Config struct {
 	// AckHold is how long a command's acknowledgement may wait for the
 	// session's next state update, so that both go out in one packet
 	// (default 0: acknowledgements are written as soon as the log stored
-	// their commands). A tick period (33 ms at 30 Hz) puts every
-	// acknowledgement with a state update, adding half a tick on average
-	// to the acknowledgement latency; the server then sends one packet
-	// per player and tick instead of two.
+	// their commands). Acknowledgements wait only when the next update
+	// is due within AckHold (the previous one plus a tick period, see
+	// TickRate); the others go at once. A tick period (33 ms at 30 Hz)
+	// puts every acknowledgement with a state update, adding half a tick
+	// on average to the acknowledgement latency; the server then sends
+	// one packet per player and tick instead of two. A shorter hold
+	// bounds the added latency and puts the share hold/period of them
+	// with an update.
 	AckHold time.Duration
 	// MaxSpectators bounds spectator sessions (default 16; at most 2 per
 	// token): each gets the whole world every tick.
@@ -190,6 +194,25 @@ type Server struct {
 	targets []target
 	// queue holds accepted commands for the MaxAppending append workers.
 	queue *appendQueue
+	// published is when Publish last ran (UnixNano; 0: never): with the
+	// tick period, when the next state update is due (updateDueWithin).
+	published atomic.Int64
+}
+
+// updateDueWithin tells whether the next state update is expected within
+// d: Publish ran less than a tick period (TickRate) ago and its next run
+// is at most d away, or a run is due now (overdue, or none yet: the
+// world is starting or stalled; a hold then waits at most d anyway).
+// A session's writer holds acknowledgements for the update only then
+// (Config.AckHold): one that would wait the whole hold and go out alone
+// anyway goes at once instead.
+func (s *Server) updateDueWithin(d time.Duration) bool {
+	last := s.published.Load()
+	if last == 0 {
+		return true
+	}
+	next := time.Unix(0, last).Add(time.Second / time.Duration(max(s.cfg.TickRate, 1)))
+	return time.Until(next) <= d
 }
 
 // StateSource is the game's side of the state fan-out: it keeps the
@@ -536,7 +559,7 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	}()
 	wctx, stopWriter := context.WithCancel(ctx)
 	defer stopWriter()
-	go labelled(ComponentFanOut, func() { sess.writeState(wctx, s.cfg.AckHold) })
+	go labelled(ComponentFanOut, func() { sess.writeState(wctx, s.cfg.AckHold, s.updateDueWithin) })
 	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Welcome{PlayerID: claims.PlayerID, Player: claims.Player,
 		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate), World: s.cfg.World})); err != nil {
 		return err
@@ -768,10 +791,11 @@ func (sess *session) queueResult(r wire.CommandResult) {
 // writeState writes the session's acknowledgements and the state updates
 // handed to it on its stream until ctx ends; a slow client only delays its
 // own writes. Acknowledgements waiting go out together (one flush: fewer
-// packets) and with the next state update: with hold > 0 they wait for it
-// up to hold (Config.AckHold), so that the acknowledgements and the
-// update share a packet instead of taking one each.
-func (sess *session) writeState(ctx context.Context, hold time.Duration) {
+// packets) and with the next state update: with hold > 0, when due(hold)
+// says the update is expected within hold, they wait for it up to hold
+// (Config.AckHold), so that the acknowledgements and the update share a
+// packet instead of taking one each.
+func (sess *session) writeState(ctx context.Context, hold time.Duration, due func(time.Duration) bool) {
 	var results []wire.CommandResult
 	var buf []byte
 	var err error // once the stream fails, writes stop but slots are still released
@@ -833,7 +857,7 @@ func (sess *session) writeState(ctx context.Context, hold time.Duration) {
 			flush()
 			sess.recycleDatagram(f.b)
 		case <-sess.resReady:
-			if hold <= 0 {
+			if hold <= 0 || !held && !due(hold) {
 				flush()
 				continue
 			}
@@ -921,6 +945,7 @@ type target struct {
 }
 
 func (s *Server) publish(tick uint64) {
+	s.published.Store(time.Now().UnixNano())
 	s.mu.Lock()
 	targets := s.targets[:0]
 	for _, sess := range s.players {

@@ -314,3 +314,75 @@ func FuzzIntake(f *testing.F) {
 		}
 	})
 }
+
+// TestClientsShareAnEndpoint: clients dialled from one socket
+// (client.Config.Endpoint, as the bot harness does) are separate sessions
+// to the server, each with its own acknowledgements; closing one leaves
+// the socket and the other session working.
+func TestClientsShareAnEndpoint(t *testing.T) {
+	ts := startServer(t, IntakeLimits{Rate: 1000, Burst: 100})
+	base := client.Config{Addr: ts.srv.Addr(), TLS: ts.client}
+	ep, err := client.NewEndpoint(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var cs []*client.Client
+	for i, name := range []string{"ada", "bea", "cy"} {
+		cfg := base
+		cfg.Endpoint, cfg.Token = ep, ts.token(t, name, uint32(7+i), time.Hour)
+		c, err := client.Dial(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if w := c.Welcome(); w.PlayerID != uint32(7+i) {
+			t.Fatalf("client %d welcomed as %+v", i, w)
+		}
+		cs = append(cs, c)
+	}
+	send := func(c *client.Client, player uint32, n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			if _, err := c.Send(wire.GameCommand{Kind: wire.CommandRudder, Value: int32(i), Player: player}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for got := 0; got < n; got++ {
+			select {
+			case r := <-c.Results():
+				if r.Status != wire.AckDurable {
+					t.Fatalf("player %d: command %d: %v", player, r.Seq, r.Status)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("player %d: %d of %d commands acknowledged", player, got, n)
+			}
+		}
+	}
+	for i, c := range cs {
+		send(c, uint32(7+i), 5)
+	}
+	if err := cs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cs[0].Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("closed client not done")
+	}
+	send(cs[1], 8, 5)
+	if got := len(ts.log.snapshot()); got != 20 {
+		t.Fatalf("%d envelopes appended, want 20", got)
+	}
+	// A client dialled after another's Close still works on the socket.
+	cfg := base
+	cfg.Endpoint, cfg.Token = ep, ts.token(t, "dee", 10, time.Hour)
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send(c, 10, 3)
+}

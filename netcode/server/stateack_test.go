@@ -167,3 +167,64 @@ func TestAckRidesWithState(t *testing.T) {
 		})
 	}
 }
+
+// TestAckHoldOnlyWhenAnUpdateIsDue: an acknowledgement waits for the next
+// state update only when that update is due within AckHold (the last
+// Publish plus a tick period); right after a Publish, with the next one
+// more than AckHold away, it goes at once instead of waiting out the hold.
+func TestAckHoldOnlyWhenAnUpdateIsDue(t *testing.T) {
+	const hold = 1500 * time.Millisecond
+	// 1 tick a second: the next update is due a second after a Publish.
+	ts := startServerWith(t, Config{State: &fakeState{size: 100}, AckHold: hold, TickRate: 1, Limits: IntakeLimits{Rate: 100, Burst: 10}})
+	c, err := ts.dial(t, ts.token(t, "ada", 7, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitSessions(t, ts.srv, 1)
+	publishUntil(t, ts.srv, c, 10)
+	// The hold is longer than the period: the update is always due, so
+	// the acknowledgement waits for it (as TestAckRidesWithState).
+	seq, err := c.Send(wire.GameCommand{Kind: wire.CommandRudder, Value: 1, Player: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-c.Results():
+		t.Fatalf("acknowledgement %+v did not wait for the update due within AckHold", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+	publishUntil(t, ts.srv, c, 100)
+	select {
+	case r := <-c.Results():
+		if r.Seq != seq {
+			t.Fatalf("acknowledgement %+v, want seq %d", r, seq)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no acknowledgement after the update")
+	}
+
+	// With the hold shorter than the period, right after a Publish the
+	// next update is not due within the hold: no waiting.
+	ts2 := startServerWith(t, Config{State: &fakeState{size: 100}, AckHold: 900 * time.Millisecond, TickRate: 1, Limits: IntakeLimits{Rate: 100, Burst: 10}})
+	c2, err := ts2.dial(t, ts2.token(t, "bea", 8, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	waitSessions(t, ts2.srv, 1)
+	publishUntil(t, ts2.srv, c2, 10)
+	ts2.srv.Publish(200) // the next update is due in a second
+	seq, err = c2.Send(wire.GameCommand{Kind: wire.CommandRudder, Value: 2, Player: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-c2.Results():
+		if r.Seq != seq || !r.Status.Stored() {
+			t.Fatalf("acknowledgement %+v, want seq %d stored", r, seq)
+		}
+	case <-time.After(800 * time.Millisecond):
+		t.Fatal("the acknowledgement waited although no update was due within AckHold")
+	}
+}

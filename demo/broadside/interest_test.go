@@ -177,24 +177,7 @@ func TestTrackerScratchIsNotShared(t *testing.T) {
 // BenchmarkTrackerApply: a bot applying one delta (against a tick 3 back)
 // of 60 ships and 400 balls around it.
 func BenchmarkTrackerApply(b *testing.B) {
-	r := rand.New(rand.NewPCG(3, 4))
-	var frames []*Frame
-	var payloads [][]byte
-	var enc StateEncoder
-	for tick := uint64(1); tick <= 16; tick++ {
-		f := randomFrame(r, tick, 60, 400)
-		var prev *Frame
-		if len(frames) > 0 {
-			prev = frames[len(frames)-1]
-		}
-		f.Seal(prev, 10_000_000)
-		frames = append(frames, f)
-		var base *Frame
-		if tick > 3 {
-			base = frames[len(frames)-4]
-		}
-		payloads = append(payloads, enc.Encode(nil, f, base, 7))
-	}
+	_, payloads := deltaTape(rand.New(rand.NewPCG(3, 4)), 16, 10_000_000)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		var tr StateTracker
@@ -213,7 +196,13 @@ func BenchmarkTrackerApply(b *testing.B) {
 // reuseTape is a sequence of sealed frames and the deltas viewer 7 gets
 // of them (tick k against tick k-3, full for the first 3).
 func reuseTape(n int) (frames []*Frame, payloads [][]byte) {
-	r := rand.New(rand.NewPCG(5, 6))
+	return deltaTape(rand.New(rand.NewPCG(5, 6)), n, 1_500_000)
+}
+
+// deltaTape is n random frames of 60 ships and 400 balls, sealed with
+// radius, and the deltas viewer 7 gets of them (tick k against tick k-3,
+// full for the first 3).
+func deltaTape(r *rand.Rand, n int, radius int64) (frames []*Frame, payloads [][]byte) {
 	var enc StateEncoder
 	for tick := uint64(1); tick <= uint64(n); tick++ {
 		f := randomFrame(r, tick, 60, 400)
@@ -221,7 +210,7 @@ func reuseTape(n int) (frames []*Frame, payloads [][]byte) {
 		if len(frames) > 0 {
 			prev = frames[len(frames)-1]
 		}
-		f.Seal(prev, 1_500_000)
+		f.Seal(prev, radius)
 		frames = append(frames, f)
 		var base *Frame
 		if tick > 3 {

@@ -38,13 +38,7 @@ func TestBackoff(t *testing.T) {
 // floor never passes a command the client may send again.
 func TestSendSaysWhatIsSettled(t *testing.T) {
 	c := &Client{cfg: Config{Reconnect: Reconnect{Attempts: 1}}, pending: map[uint64][]byte{}}
-	settled := func(seq uint64) uint64 {
-		cmd, err := wire.DecodeGameCommand(c.pending[seq])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cmd.Settled
-	}
+	settled := func(seq uint64) uint64 { return settledOf(t, c, seq) }
 	for want, seq := range []uint64{1, 1, 1} { // 1, 2, 3 sent, none answered
 		s, err := c.Send(wire.GameCommand{Kind: wire.CommandRudder})
 		if err != nil || s != uint64(want+1) {
@@ -72,13 +66,7 @@ func TestSendSaysWhatIsSettled(t *testing.T) {
 // caller numbers commands itself, far above the last one or below it.
 func TestSettledAcrossJumps(t *testing.T) {
 	c := &Client{cfg: Config{Reconnect: Reconnect{Attempts: 1}}, pending: map[uint64][]byte{}}
-	settled := func(seq uint64) uint64 {
-		cmd, err := wire.DecodeGameCommand(c.pending[seq])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cmd.Settled
-	}
+	settled := func(seq uint64) uint64 { return settledOf(t, c, seq) }
 	for i := 0; i < 100; i++ {
 		s, _ := c.Send(wire.GameCommand{Kind: wire.CommandRudder})
 		if i < 99 {
@@ -96,4 +84,14 @@ func TestSettledAcrossJumps(t *testing.T) {
 	if s, _ := c.Send(wire.GameCommand{Kind: wire.CommandRudder}); s != 1<<40+1 || settled(s) != 1<<40 {
 		t.Fatalf("after both: seq %d settled %d, want %d and %d", s, settled(s), uint64(1<<40+1), uint64(1<<40))
 	}
+}
+
+// settledOf is the Settled field of pending command seq as c sent it.
+func settledOf(t *testing.T, c *Client, seq uint64) uint64 {
+	t.Helper()
+	cmd, err := wire.DecodeGameCommand(c.pending[seq])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Settled
 }

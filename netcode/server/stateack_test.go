@@ -116,14 +116,7 @@ func TestAckRidesWithState(t *testing.T) {
 	for _, size := range []int{100, 5000} {
 		t.Run(fmt.Sprintf("payload %d bytes", size), func(t *testing.T) {
 			const hold = 2 * time.Second
-			ts := startServerWith(t, Config{State: &fakeState{size: size}, AckHold: hold, Limits: IntakeLimits{Rate: 100, Burst: 10}})
-			c, err := ts.dial(t, ts.token(t, "ada", 7, time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			waitSessions(t, ts.srv, 1)
-			publishUntil(t, ts.srv, c, 10)
+			ts, c := stateSession(t, Config{State: &fakeState{size: size}, AckHold: hold, Limits: IntakeLimits{Rate: 100, Burst: 10}})
 			result := func(within time.Duration) (wire.CommandResult, bool) {
 				select {
 				case r := <-c.Results():
@@ -175,14 +168,7 @@ func TestAckRidesWithState(t *testing.T) {
 func TestAckHoldOnlyWhenAnUpdateIsDue(t *testing.T) {
 	const hold = 1500 * time.Millisecond
 	// 1 tick a second: the next update is due a second after a Publish.
-	ts := startServerWith(t, Config{State: &fakeState{size: 100}, AckHold: hold, TickRate: 1, Limits: IntakeLimits{Rate: 100, Burst: 10}})
-	c, err := ts.dial(t, ts.token(t, "ada", 7, time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	waitSessions(t, ts.srv, 1)
-	publishUntil(t, ts.srv, c, 10)
+	ts, c := stateSession(t, Config{State: &fakeState{size: 100}, AckHold: hold, TickRate: 1, Limits: IntakeLimits{Rate: 100, Burst: 10}})
 	// The hold is longer than the period: the update is always due, so
 	// the acknowledgement waits for it (as TestAckRidesWithState).
 	seq, err := c.Send(wire.GameCommand{Kind: wire.CommandRudder, Value: 1, Player: 7})
@@ -227,4 +213,19 @@ func TestAckHoldOnlyWhenAnUpdateIsDue(t *testing.T) {
 	case <-time.After(800 * time.Millisecond):
 		t.Fatal("the acknowledgement waited although no update was due within AckHold")
 	}
+}
+
+// stateSession starts a server with cfg and one client, player 7, that
+// has received state (closed when the test ends).
+func stateSession(t *testing.T, cfg Config) (*testServer, *client.Client) {
+	t.Helper()
+	ts := startServerWith(t, cfg)
+	c, err := ts.dial(t, ts.token(t, "ada", 7, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitSessions(t, ts.srv, 1)
+	publishUntil(t, ts.srv, c, 10)
+	return ts, c
 }

@@ -295,18 +295,28 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 		}
 		return fmt.Sprintf("%.2fx", a/b)
 	}
+	var late []string
 	for _, n := range cfg.Bots {
 		for _, c := range contenders {
 			for _, r := range results {
 				if r.Bots != n || r.Contender != c.Name {
 					continue
 				}
-				if r.Err != "" {
+				if r.Err != "" && r.Sent == 0 {
 					fmt.Fprintf(tw, "%s\t%d\tfailed: %s\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Contender, r.Bots, r.Err)
 					continue
 				}
+				if r.Err != "" {
+					// Measured, then failed (a server that did not drain in
+					// time): the figures stand, with the failure below.
+					late = append(late, fmt.Sprintf("%s/%d bots (row marked *): %s", r.Contender, r.Bots, r.Err))
+				}
 				b := ref[n]
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%d\t%.1f\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t\n", r.Contender, r.Bots, r.Acked,
+				mark := ""
+				if r.Err != "" {
+					mark = "*"
+				}
+				fmt.Fprintf(tw, "%s%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.1f\t%d\t%.1f\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t\n", r.Contender, mark, r.Bots, r.Acked,
 					ms(r.AckP50us), ms(r.AckP99us), ms(r.AckP999us), ms(r.AppliedP50), ms(r.AppliedP99), r.TicksPerSec, r.Overruns, r.UpdatesPerSec, r.Cores, r.CPUPerCmdUs,
 					ratio(float64(r.AckP50us), float64(b.AckP50us)), ratio(float64(r.AckP99us), float64(b.AckP99us)),
 					ratio(float64(r.AppliedP99), float64(b.AppliedP99)), ratio(r.CPUPerCmdUs, b.CPUPerCmdUs))
@@ -314,6 +324,9 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 		}
 	}
 	tw.Flush()
+	for _, l := range late {
+		fmt.Fprintf(out, "failed after measuring: %s\n", l)
+	}
 	fmt.Fprintf(out, "\nServer CPU (the process less the bots, from the CPU profile's goroutine labels), and per\n")
 	fmt.Fprintf(out, "player-tick (bots × world ticks) by component, µs: log = the embedded command log; intake =\n")
 	fmt.Fprintf(out, "sessions, reading and checking commands; fan-out = state updates and acknowledgements; sim = the\n")
@@ -324,7 +337,7 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 	for _, n := range cfg.Bots {
 		for _, c := range contenders {
 			for _, r := range results {
-				if r.Bots != n || r.Contender != c.Name || r.Err != "" || r.PerPlayerTickUs == nil {
+				if r.Bots != n || r.Contender != c.Name || r.PerPlayerTickUs == nil {
 					continue
 				}
 				var cells []string

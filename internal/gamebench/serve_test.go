@@ -71,3 +71,24 @@ func TestRunRestartTiny(t *testing.T) {
 		t.Fatalf("%s\n%s", b, out.String())
 	}
 }
+
+// TestServeTableKeepsLateFailures: a run that measured and then failed (a
+// server that did not drain in time) keeps its figures in both tables,
+// marked, with the failure under the first; a run that measured nothing
+// prints only its failure.
+func TestServeTableKeepsLateFailures(t *testing.T) {
+	cs := []ServeContender{{Name: "memory"}, {Name: "fsync"}}
+	results := []serveResult{
+		{Contender: "memory", Bots: 3, Err: "dial: refused"},
+		{Contender: "fsync", Bots: 3, Sent: 900, Acked: 890, AckP50us: 1500, TicksPerSec: 29.5, Err: "stop: drain: deadline exceeded",
+			PerPlayerTickUs: map[string]float64{"quic": 40}},
+	}
+	var out strings.Builder
+	writeServeTable(&out, ServeConfig{Rate: 30, Duration: time.Second, Bots: []int{3}}, cs, results)
+	s := out.String()
+	for _, want := range []string{"failed: dial: refused", "fsync*", "890", "29.5", "failed after measuring: fsync/3 bots (row marked *): stop: drain: deadline exceeded", "40.0"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("table lacks %q:\n%s", want, s)
+		}
+	}
+}

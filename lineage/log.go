@@ -500,6 +500,12 @@ func (b *sealer) takeErr() error {
 
 // load replaces s's buffer with the stored range of tick's window cut
 // before tick, or an empty range starting at tick.
+//
+// When the window's newest stored range ends before tick-1, the ticks in
+// between were never recorded (or the store answered with an older
+// version of the range): the buffer then starts afresh at tick, so those
+// ticks are missing from the lineage, not recorded as empty. Empty ticks
+// there would be wrong answers: "no command explains this tick".
 func (l *Log) load(ctx context.Context, s *shardLog, tick uint64) error {
 	s.loaded = true
 	r := &s.r
@@ -512,26 +518,32 @@ func (l *Log) load(ctx context.Context, s *shardLog, tick uint64) error {
 		return fmt.Errorf("lineage: resume shard %d at tick %d: %w", r.Shard, tick, err)
 	}
 	w := l.window(tick)
+	var from RangeInfo
+	found := false
 	for _, info := range infos {
 		if info.Shard != r.Shard || info.FirstTick < w || info.FirstTick >= tick {
 			continue
 		}
-		b, err := l.store.GetRange(ctx, info.Shard, info.FirstTick)
-		if err != nil {
-			return fmt.Errorf("lineage: resume shard %d at tick %d: %w", r.Shard, tick, err)
+		if !found || info.FirstTick > from.FirstTick {
+			from, found = info, true // the window's newest range before tick
 		}
-		if err := DecodeRange(b, r); err != nil || r.Shard != info.Shard {
-			// A damaged partial range is re-recorded from tick on; the
-			// ticks before it are lost rather than the whole shard.
-			r.Reset(info.Shard, tick)
-			return nil
-		}
-		if tick <= r.LastTick() {
-			truncate(r, tick)
-		} else {
-			pad(r, tick)
-		}
+	}
+	if !found {
 		return nil
+	}
+	b, err := l.store.GetRange(ctx, from.Shard, from.FirstTick)
+	if err != nil {
+		return fmt.Errorf("lineage: resume shard %d at tick %d: %w", r.Shard, tick, err)
+	}
+	if err := DecodeRange(b, r); err != nil || r.Shard != from.Shard || tick > r.LastTick()+1 {
+		// A damaged partial range, or one that ends before tick-1: re-
+		// recorded from tick on; the ticks before it are lost rather than
+		// the whole shard, or than recorded empty.
+		r.Reset(from.Shard, tick)
+		return nil
+	}
+	if tick <= r.LastTick() {
+		truncate(r, tick)
 	}
 	return nil
 }

@@ -248,6 +248,54 @@ func testLogReexecutesAndResumes(t *testing.T, bg bool) *Log {
 	return l2
 }
 
+// TestLogResumePastTheStoredRange: a new Log whose first tick is past the
+// end of its window's stored range (the ticks between never recorded, or
+// an older version of the range read back) leaves those ticks missing: the
+// stored range is kept as it is, and the new ticks go to a range of their
+// own, never padded with empty ticks that would claim no command
+// explains them.
+func TestLogResumePastTheStoredRange(t *testing.T) { bothModes(t, testLogResumePastTheStoredRange) }
+
+func testLogResumePastTheStoredRange(t *testing.T, bg bool) *Log {
+	ctx := context.Background()
+	store := NewMemStore()
+	l := NewLog(LogOptions{RangeTicks: 64, Store: store, Background: bg})
+	var pos uint64
+	for tick := uint64(1); tick <= 70; tick++ {
+		recordTick(t, l, 3, tick, &pos)
+	}
+	if err := l.Flush(ctx); err != nil { // the partial range 64..70
+		t.Fatal(err)
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := NewLog(LogOptions{RangeTicks: 64, Store: store, Background: bg})
+	var q uint64
+	expected(3, 1, 79, &q)
+	pos = q
+	for tick := uint64(80); tick <= 90; tick++ { // 71..79 never recorded
+		recordTick(t, l2, 3, tick, &pos)
+	}
+	if err := l2.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q = 0
+	want := []*Range{expected(3, 1, 63, &q), expected(3, 64, 70, &q)}
+	expected(3, 71, 79, &q)
+	want = append(want, expected(3, 80, 90, &q))
+	got := storedRanges(t, store)
+	if len(got) != len(want) {
+		t.Fatalf("%d ranges, want %d (1..63, 64..70, 80..90)", len(got), len(want))
+	}
+	for i := range want {
+		if !sameRange(got[i], want[i]) {
+			t.Fatalf("range %d: ticks %d..%d, want %d..%d as recorded", i, got[i].FirstTick, got[i].LastTick(), want[i].FirstTick, want[i].LastTick())
+		}
+	}
+	return l2
+}
+
 func TestLogGapsAndRetention(t *testing.T) { bothModes(t, testLogGapsAndRetention) }
 
 func testLogGapsAndRetention(t *testing.T, bg bool) *Log {

@@ -34,24 +34,7 @@ func TestBotsAgainstServer(t *testing.T) {
 }
 
 func testBotsAgainstServer(t *testing.T, durability server.Durability) {
-	ca, err := transport.NewDevCA()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stls, err := ca.ServerTLS("localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret := []byte("bots-test-secret-0123456789")
-	srv, err := server.New(server.Config{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret,
-		Log: countingLog{n: make(chan struct{}, 1)}, Durability: durability})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	srv, ca, secret := startBotServer(t, durability)
 
 	rep, err := Run(context.Background(), Config{Server: srv.Addr(), TLS: ca.ClientTLS(), Secret: secret,
 		N: 4, Rate: 20, Duration: 1500 * time.Millisecond, Behaviour: "random", Seed: 3})
@@ -107,24 +90,7 @@ func TestStateErrorsSayWhatFailed(t *testing.T) {
 func BenchmarkBotsCPU(b *testing.B) {
 	for _, per := range []int{1, 32} {
 		b.Run(fmt.Sprintf("bots-per-socket-%d", per), func(b *testing.B) {
-			ca, err := transport.NewDevCA()
-			if err != nil {
-				b.Fatal(err)
-			}
-			stls, err := ca.ServerTLS("localhost")
-			if err != nil {
-				b.Fatal(err)
-			}
-			secret := []byte("bots-bench-secret-0123456789")
-			srv, err := server.New(server.Config{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret,
-				Log: countingLog{n: make(chan struct{}, 1)}, Durability: server.Durable})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- srv.Serve(ctx) }()
-			defer func() { cancel(); <-done }()
+			srv, ca, secret := startBotServer(b, server.Durable)
 			// Measured between the first and the last progress
 			// snapshot: the bots connected and playing, no handshakes.
 			var cpu time.Duration
@@ -151,4 +117,30 @@ func BenchmarkBotsCPU(b *testing.B) {
 			}
 		})
 	}
+}
+
+// startBotServer starts a game server on loopback whose log stores at once
+// (countingLog) and which sends no state, stopped when tb ends; it returns
+// the server, the CA its clients trust and the token secret.
+func startBotServer(tb testing.TB, durability server.Durability) (*server.Server, *transport.DevCA, []byte) {
+	tb.Helper()
+	ca, err := transport.NewDevCA()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stls, err := ca.ServerTLS("localhost")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	secret := []byte("bots-test-secret-0123456789")
+	srv, err := server.New(server.Config{ListenAddr: "127.0.0.1:0", TLS: stls, Secret: secret,
+		Log: countingLog{n: make(chan struct{}, 1)}, Durability: durability})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	tb.Cleanup(func() { cancel(); <-done })
+	return srv, ca, secret
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +43,7 @@ type crashRig struct {
 	hashes             map[[2]uint64]uint64 // (tick, shard) -> hash, as published
 	hashConflicts      []string
 	acked              map[[2]uint64]bool // (player, seq) acknowledged durable
+	lastMissing        [][2]uint64        // acknowledged, not found by the last checkLog
 	ackedN             int
 	incarnation        int
 	restartToReadyMs   []float64
@@ -386,15 +389,34 @@ func (r *crashRig) checkLog() (lost, dup int, entries []msg.Entry) {
 			seen[[2]uint64{uint64(env.Player), env.ClientSeq}]++
 		}
 	}
+	r.lastMissing = r.lastMissing[:0]
 	for k := range r.acked {
 		switch n := seen[k]; {
 		case n == 0:
 			lost++
+			r.lastMissing = append(r.lastMissing, k)
 		case n > 1:
 			dup++
 		}
 	}
 	return lost, dup, entries
+}
+
+// missing lists the acknowledged (player, seq) pairs the last checkLog
+// did not find, in order, at most 20 of them.
+func (r *crashRig) missing() string {
+	slices.SortFunc(r.lastMissing, func(a, b [2]uint64) int {
+		return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+	})
+	var b strings.Builder
+	for i, k := range r.lastMissing {
+		if i == 20 {
+			fmt.Fprintf(&b, " and %d more", len(r.lastMissing)-i)
+			break
+		}
+		fmt.Fprintf(&b, " %d/%d", k[0], k[1])
+	}
+	return strings.TrimSpace(b.String())
 }
 
 func lastTick(entries []msg.Entry) uint64 {

@@ -42,8 +42,8 @@ type crashRig struct {
 	mu                 sync.Mutex
 	hashes             map[[2]uint64]uint64 // (tick, shard) -> hash, as published
 	hashConflicts      []string
-	acked              map[[2]uint64]bool // (player, seq) acknowledged durable
-	lastMissing        [][2]uint64        // acknowledged, not found by the last checkLog
+	acked              map[[2]uint64]time.Time // (player, seq) acknowledged durable, when
+	lastMissing        [][2]uint64             // acknowledged, not found by the last checkLog
 	ackedN             int
 	incarnation        int
 	restartToReadyMs   []float64
@@ -60,7 +60,7 @@ func newCrashRig(t *testing.T) *crashRig {
 	admin := l.Addr().String()
 	l.Close()
 	r := &crashRig{t: t, dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", port), admin: admin,
-		hashes: map[[2]uint64]uint64{}, acked: map[[2]uint64]bool{}}
+		hashes: map[[2]uint64]uint64{}, acked: map[[2]uint64]time.Time{}}
 	r.args = []string{"serve", "--dev", "--listen", r.addr, "--admin-addr", admin,
 		"--tls-dir", filepath.Join(dir, "tls"), "--secret-file", filepath.Join(dir, "server.secret"),
 		"--data", filepath.Join(dir, "data"), "--record", filepath.Join(dir, "match.bsr"),
@@ -85,7 +85,15 @@ func (r *crashRig) start(extra ...string) (*exec.Cmd, *os.File, <-chan struct{})
 	}
 	dead := make(chan struct{})
 	go func() { cmd.Wait(); close(dead) }()
-	r.t.Cleanup(func() { cmd.Process.Kill(); <-dead })
+	r.t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-dead
+		if r.t.Failed() {
+			b, _ := os.ReadFile(f.Name())
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			r.t.Logf("the last lines of %s:\n%s", filepath.Base(f.Name()), strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		b, _ := os.ReadFile(f.Name())
@@ -219,7 +227,7 @@ func (r *crashRig) play(ctx context.Context, n int) (done func() bots.Report) {
 					r.t.Errorf("player %d seq %d acknowledged %v, not durable", player, seq, status)
 				}
 				r.mu.Lock()
-				r.acked[[2]uint64{uint64(player), seq}] = true
+				r.acked[[2]uint64{uint64(player), seq}] = time.Now()
 				r.ackedN++
 				r.mu.Unlock()
 			}})
@@ -403,8 +411,9 @@ func (r *crashRig) checkLog() (lost, dup int, entries []msg.Entry) {
 }
 
 // missing lists the acknowledged (player, seq) pairs the last checkLog
-// did not find, in order, at most 20 of them.
-func (r *crashRig) missing() string {
+// did not find, in order, at most 20 of them, each with when it was
+// acknowledged relative to since.
+func (r *crashRig) missing(since time.Time) string {
 	slices.SortFunc(r.lastMissing, func(a, b [2]uint64) int {
 		return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
 	})
@@ -414,7 +423,7 @@ func (r *crashRig) missing() string {
 			fmt.Fprintf(&b, " and %d more", len(r.lastMissing)-i)
 			break
 		}
-		fmt.Fprintf(&b, " %d/%d", k[0], k[1])
+		fmt.Fprintf(&b, " %d/%d@%+.2fs", k[0], k[1], r.acked[k].Sub(since).Seconds())
 	}
 	return strings.TrimSpace(b.String())
 }

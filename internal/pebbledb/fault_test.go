@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -61,5 +63,105 @@ func TestWriteFailureThenReopen(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestManifestWriteFailureInTheBackground: a flush whose MANIFEST write
+// fails (a full disk met by Pebble's own goroutine, not by a commit) does
+// not end the process: the instance is given up (failed, its files
+// fenced), and a reopen after the disk recovers keeps everything synced
+// before and accepts new writes. Without the Logger's givenUp the
+// background Fatalf's panic kills the test binary.
+func TestManifestWriteFailureInTheBackground(t *testing.T) {
+	mem := vfs.NewMem()
+	full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.Contains(op.Path, "MANIFEST") &&
+			op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpFileClose && op.Kind != errorfs.OpLock {
+			return syscall.ENOSPC
+		}
+		return nil
+	})}
+	db, err := Open("db", Options{FS: errorfs.Wrap(mem, full), Logger: slog.New(slog.DiscardHandler), Component: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if err := db.Set(fmt.Appendf(nil, "k%03d", i), []byte("v"), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full.On()
+	if _, err := db.AsyncFlush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for db.Failed() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the flush's failed MANIFEST write did not fail the instance")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := db.Set([]byte("refused"), []byte("v"), pebble.Sync); !errors.Is(err, ErrFailed) {
+		t.Fatalf("write to the given-up instance: %v, want ErrFailed", err)
+	}
+	if _, c, err := db.Get([]byte("k050")); err != nil {
+		t.Fatalf("read from the given-up instance: %v", err)
+	} else {
+		c.Close()
+	}
+	full.Off()
+	if err := db.Reopen(); err != nil {
+		t.Fatalf("reopen after space returned: %v", err)
+	}
+	if err := db.Set([]byte("after"), []byte("v"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"k000", "k099", "after"} {
+		if _, c, err := db.Get([]byte(k)); err != nil {
+			t.Fatalf("%s after reopen: %v", k, err)
+		} else {
+			c.Close()
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReopenWaitsForFreeSpace: on a nearly full disk Reopen does not open
+// the directory for writing (Pebble's open would retry a failing flush
+// for ever); it opens it read-only, says why, and opens it for writing
+// once space is back.
+func TestReopenWaitsForFreeSpace(t *testing.T) {
+	mem := vfs.NewMem()
+	db, err := Open("db", Options{FS: mem, Logger: slog.New(slog.DiscardHandler), Component: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set([]byte("k"), []byte("v"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 64 << 10, TotalBytes: 48 << 20})
+	err = db.Reopen()
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "64 KiB free") {
+		t.Fatalf("reopen with 64 KiB free: %v, want ENOSPC naming the free space", err)
+	}
+	if _, c, err := db.Get([]byte("k")); err != nil {
+		t.Fatalf("read while the disk is nearly full: %v", err)
+	} else {
+		c.Close()
+	}
+	if err := db.Set([]byte("k2"), []byte("v"), pebble.Sync); !errors.Is(err, ErrFailed) {
+		t.Fatalf("write while the disk is nearly full: %v, want ErrFailed", err)
+	}
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 40 << 20, TotalBytes: 48 << 20})
+	if err := db.Reopen(); err != nil {
+		t.Fatalf("reopen with 40 MiB free: %v", err)
+	}
+	if err := db.Set([]byte("k2"), []byte("v"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -81,7 +82,16 @@ func (fs guardFS) file(f vfs.File, err error) (vfs.File, error) {
 	return guardFile{File: f, g: fs.g}, nil
 }
 
+// retryPause slows the creation of files by an instance whose writes
+// failed: Pebble v2.1.7 retries a failed flush at once and for ever (a
+// new table file each time, thousands a second on a full disk) until
+// the instance is closed, which its owner does at its next write.
+const retryPause = 50 * time.Millisecond
+
 func (fs guardFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if fs.g.Fault() != nil || fs.g.fenced.Load() {
+		time.Sleep(retryPause)
+	}
 	if err := fs.g.before(); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -56,6 +58,13 @@ type Options struct {
 // files refuse every later write, and its lock is released) and opens
 // the directory afresh. Only what Pebble synced is durable, so a caller
 // that rewrites what failed (the same keys and values) loses nothing.
+//
+// Pebble also calls Fatalf on its own goroutines when a flush's or a
+// compaction's MANIFEST write fails, which a full disk causes as easily as
+// a failed commit; a panic there would end the process. Instead the
+// instance is given up at once: fenced (none of its background work can
+// write or delete a file any more) and failed, so the owner's next write
+// reopens the directory; reads meanwhile see what it held before.
 type DB struct {
 	*pebble.DB
 	closeFS func()
@@ -105,18 +114,43 @@ func Open(dir string, opts Options) (*DB, error) {
 }
 
 func (d *DB) open(readOnly bool) error {
-	logger := d.opts.Logger
-	if logger == nil {
-		logger = slog.Default()
+	l := d.opts.Logger
+	if l == nil {
+		l = slog.Default()
 	}
-	logger = logger.With("component", d.opts.Component, "dir", d.dir)
+	l = l.With("component", d.opts.Component, "dir", d.dir)
 	g := &guard{}
+	// A failed MANIFEST write on one of Pebble's goroutines leaves this
+	// instance's view of its files unreliable: fence it at once (its
+	// background work can then neither write nor delete a file) and mark
+	// it failed, so that its owner's next write reopens the directory. An
+	// instance given up before needs nothing more. One still opening
+	// cannot be given up (pebble.Open would wait for its flush for
+	// ever): its Fatalf ends the process, as Pebble intends; Reopen does
+	// not open a directory for writing on a nearly full disk, which is
+	// what makes that rare.
+	var installed atomic.Bool
+	givenUp := func(msg string) bool {
+		switch {
+		case g.fenced.Load():
+			return true
+		case !installed.Load():
+			return false
+		}
+		g.fence()
+		d.mu.Lock()
+		if d.g == g && d.failed == nil {
+			d.failed = fmt.Errorf("pebble: %s", msg)
+		}
+		d.mu.Unlock()
+		return true
+	}
 	db, err := pebble.Open(d.dir, &pebble.Options{
 		FS:                 guardFS{FS: d.baseFS, g: g},
 		CacheSize:          d.opts.CacheSize,
 		MemTableSize:       d.opts.MemTableSize,
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             Logger(logger),
+		Logger:             logger{l: l, givenUp: givenUp, background: &backgroundErrors{}},
 		ReadOnly:           readOnly,
 	})
 	if err != nil {
@@ -129,6 +163,7 @@ func (d *DB) open(readOnly bool) error {
 		d.failed = ErrFailed // writes reopen read-write first
 	}
 	d.mu.Unlock()
+	installed.Store(true)
 	return nil
 }
 
@@ -221,13 +256,32 @@ func (d *DB) Reopen() error {
 		d.g.fence()
 		d.gone = true
 	}
-	err := d.open(false)
+	var err error
+	if u, uerr := d.baseFS.GetDiskUsage(d.dir); uerr == nil && u.AvailBytes < d.minFreeToOpen() {
+		// Opening for writing replays the WAL into memtables and waits
+		// for their flush, which on a full disk fails and is retried
+		// without end; read what is stored meanwhile.
+		err = fmt.Errorf("%w: %d KiB free, %d KiB needed to open the database for writing",
+			syscall.ENOSPC, u.AvailBytes>>10, d.minFreeToOpen()>>10)
+	} else {
+		err = d.open(false)
+	}
 	if err != nil && d.open(true) == nil {
 		d.mu.Lock()
 		d.failed = fmt.Errorf("%w: %w", ErrFailed, err)
 		d.mu.Unlock()
 	}
 	return err
+}
+
+// minFreeToOpen is the free space Reopen needs to open the directory for
+// writing: room for flushing a few memtables and for a new WAL.
+func (d *DB) minFreeToOpen() uint64 {
+	mem := d.opts.MemTableSize
+	if mem == 0 {
+		mem = 4 << 20
+	}
+	return max(16<<20, 4*mem)
 }
 
 // Close closes the database, then the file system wrapper Open made.

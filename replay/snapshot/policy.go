@@ -98,9 +98,14 @@ type Scheduler struct {
 	restoreNs float64 // per raw byte
 	lastTick  uint64  // tick of the last capture (or the restored snapshot)
 	chain     bool    // a chain exists to extend
-	chainLen  int
-	chainRaw  float64
-	fullRaw   float64 // raw bytes of the last base
+	// lost counts the chains lost in a row (a capture taken and then not
+	// stored, e.g. on a full disk): the next full capture waits 2^lost
+	// ticks (at most maxLostBackoff) after the last one, instead of
+	// capturing the whole state again at every tick while the store fails.
+	lost     int
+	chainLen int
+	chainRaw float64
+	fullRaw  float64 // raw bytes of the last base
 }
 
 // NewScheduler returns a scheduler for a shard that has no snapshot yet.
@@ -163,6 +168,12 @@ func (s *Scheduler) Decide(tick uint64, dirtyBytes int, needFull bool) (take, fu
 	if s.chain && since < s.p.MinInterval {
 		return false, false
 	}
+	if !s.chain && s.lost > 0 && since < 1<<min(s.lost, maxLostBackoff) {
+		return false, false
+	}
+	if s.chain && !needFull && since >= 8 {
+		s.lost = 0 // the chain has held for a while: its capture was stored
+	}
 	if needFull || !s.chain {
 		return true, true
 	}
@@ -194,7 +205,14 @@ func (s *Scheduler) Taken(tick uint64, full bool, rawBytes int) {
 	s.chainRaw += raw
 }
 
-// Broken records that the writer lost the chain: the next capture is full.
+// maxLostBackoff bounds the wait after lost chains to 2^6 = 64 ticks.
+const maxLostBackoff = 6
+
+// Broken records that the writer lost the chain: the next capture is full,
+// and after a chain it had is lost, it waits (see lost).
 func (s *Scheduler) Broken() {
+	if s.chain {
+		s.lost++
+	}
 	s.chain = false
 }

@@ -29,6 +29,12 @@ type Stored struct {
 // OpenStored opens the stores of the embedded log of a stopped server in
 // dir (or in dir/log). It fails if the log is in use, was trimmed, or
 // holds no stable entry.
+//
+// It reads the shards' stable prefix only. After a server was killed
+// rather than stopped, commands it acknowledged just before may still be
+// durable only in the sequencing replicas' write-ahead logs, not yet
+// bound to positions: starting the server once on dir (its recovery
+// orders them) and stopping it brings them into what OpenStored reads.
 func OpenStored(dir string, logger *slog.Logger) (*Stored, error) {
 	var dirs []string
 	for _, d := range []string{dir, filepath.Join(dir, "log")} {

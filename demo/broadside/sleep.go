@@ -76,9 +76,9 @@ type sleeper struct {
 	last  uint64 // the last tick prepared
 	// far holds the fine cells of the anchored ships' boxes grown by
 	// sleepDrift.
-	far blockBits
+	far rowBits
 	// far2 has the cells of far marked twice or more (grid.anyBut).
-	far2 blockBits
+	far2 rowBits
 	// Per ship slot: its anchor and the id of the ship anchored, valid if
 	// its bit of anchored is set.
 	anchX, anchY []int32
@@ -131,7 +131,7 @@ func (s *Sector) anchor(i int, id uint64, x, y int32) fineBox {
 	z.anchX[i], z.anchY[i], z.anchID[i] = x, y, id
 	z.anchored = setBit(z.anchored, i)
 	b := s.anchorBox(x, y)
-	markTwiceBlocks(&z.far, &z.far2, b)
+	markTwiceRows(&z.far, &z.far2, b)
 	return b
 }
 
@@ -152,7 +152,7 @@ func (s *Sector) prepareSleep() {
 	}
 	t := s.tick
 	if z.far.w == nil {
-		z.far, z.far2 = newBlockBits(s.grid), newBlockBits(s.grid)
+		z.far, z.far2 = newRowBits(s.grid), newRowBits(s.grid)
 		z.on = false
 	}
 	if !z.on || t != z.last+1 || t >= z.epoch+sleepEpoch {
@@ -220,43 +220,27 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 	if end <= t {
 		return false
 	}
-	// The owner's anchored box is needed only for a path that meets a
-	// marked cell (most paths meet none).
-	var own *fineBox
-	var ob fineBox
-	ownKnown := false
-	pathClear := func(end uint64) (fineBox, bool) {
-		x1, y1 := h.at(end)
-		b := s.grid.fineBoxOf(min(ax, x1), min(ay, y1), max(ax, x1), max(ay, y1))
-		if !anyBlocks(&z.far, &b) {
-			return b, true
-		}
-		if !ownKnown {
-			ownKnown = true
-			if o := int(h.ownerSlot); o >= 0 && hasBit(z.anchored, o) && z.anchID[o] == h.owner {
-				ob = s.anchorBox(z.anchX[o], z.anchY[o])
-				own = &ob
-			}
-		}
-		return b, !anyButBlocks(&z.far, &z.far2, &b, own)
-	}
-	b, ok := pathClear(end)
-	if !ok {
+	// The path's box from its first cell (fineXY is monotone, so the box
+	// of the two end cells is fineBoxOf of the path's box).
+	sx, sy := s.grid.fineXY(ax, ay)
+	var own sleepOwner
+	b := s.pathBox(h, sx, sy, end)
+	if !s.pathClear(h, &b, &own) {
 		// A ship is near the path: perhaps not yet near its first half,
 		// or quarter… (a shorter path's box is inside a longer one's: if
 		// the shortest is not clear, none is).
 		if end-t < sleepMin {
 			return false
 		}
-		short, ok := pathClear(t + 1)
-		if !ok {
+		short := s.pathBox(h, sx, sy, t+1)
+		if !s.pathClear(h, &short, &own) {
 			// Next to a ship: not tried again for a few ticks (it
 			// stays awake, tested every tick, as without sleeping).
 			h.noSleepTo = t + sleepBackoff
 			return false
 		}
 		for end = t + (end-t)/2; end > t+1; end = t + (end-t)/2 {
-			if b, ok = pathClear(end); ok {
+			if b = s.pathBox(h, sx, sy, end); s.pathClear(h, &b, &own) {
 				break
 			}
 		}
@@ -276,50 +260,125 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 	return true
 }
 
-// blockBits is a bit per fine cell of the grid laid out in blocks of 8 × 8
-// cells, one word each (bit 8·(y mod 8) + x mod 8 of word (y/8)·nbx + x/8),
-// so that a box of a few cells is tested in one to four words. The sleeper
-// keeps far in it: a sleeping ball's path box spans a few cells each way.
-type blockBits struct {
-	nbx int
-	w   []uint64
+// pathBox returns the fine cells of ball h's path from cell (sx, sy)
+// through tick end.
+func (s *Sector) pathBox(h *ballHot, sx, sy int, end uint64) fineBox {
+	x1, y1 := h.at(end)
+	ex, ey := s.grid.fineXY(x1, y1)
+	return fineBox{int32(min(sx, ex)), int32(min(sy, ey)), int32(max(sx, ex)), int32(max(sy, ey))}
 }
 
-func newBlockBits(g *grid) blockBits {
-	nbx, nby := (g.fnx+7)>>3, (g.fny+7)>>3
-	return blockBits{nbx: nbx, w: make([]uint64, nbx*nby)}
+// sleepOwner is a ball's owner's anchored box, looked up on first need
+// (most paths meet no marked cell).
+type sleepOwner struct {
+	known, ok bool
+	b         fineBox
 }
 
-// blockMask returns the bits of block (bx, by) that b covers (0 if none).
-func blockMask(b *fineBox, bx, by int32) uint64 {
-	x0, x1 := b.x0-bx<<3, b.x1-bx<<3
-	y0, y1 := b.y0-by<<3, b.y1-by<<3
-	if x1 < 0 || x0 > 7 || y1 < 0 || y0 > 7 {
+// pathClear reports whether no anchored ship's box but ball h's owner's
+// meets the cells b.
+func (s *Sector) pathClear(h *ballHot, b *fineBox, own *sleepOwner) bool {
+	z := &s.sleep
+	if !anyRows(&z.far, b) {
+		return true
+	}
+	if !own.known {
+		own.known = true
+		if o := int(h.ownerSlot); o >= 0 && hasBit(z.anchored, o) && z.anchID[o] == h.owner {
+			own.b, own.ok = s.anchorBox(z.anchX[o], z.anchY[o]), true
+		}
+	}
+	var ob *fineBox
+	if own.ok {
+		ob = &own.b
+	}
+	return !anyButRows(&z.far, &z.far2, b, ob)
+}
+
+// rowBits is a bit per fine cell of the grid, row by row, each row
+// starting on a word: cell (cx, cy) is bit cx mod 64 of word cy·stride +
+// cx/64. A box's cells in a row are one or two words under masks computed
+// once for the box, so a box of a few cells (a sleeping ball's path spans
+// a few cells each way) is tested in a load and an AND a row. The sleeper
+// keeps far in it.
+type rowBits struct {
+	stride int // words per row
+	w      []uint64
+}
+
+func newRowBits(g *grid) rowBits {
+	st := (g.fnx + 63) >> 6
+	return rowBits{stride: st, w: make([]uint64, st*g.fny)}
+}
+
+// rowSpan returns the words w0..w1 of a row that cells x0..x1 (x0 ≤ x1)
+// fall in, and the masks of the cells in the first and in the last (both
+// the same mask if w0 == w1).
+func rowSpan(x0, x1 int32) (w0, w1 int, m0, m1 uint64) {
+	w0, w1 = int(x0>>6), int(x1>>6)
+	m0, m1 = ^uint64(0)<<(uint(x0)&63), ^uint64(0)>>(63-uint(x1)&63)
+	if w0 == w1 {
+		m0 &= m1
+		m1 = m0
+	}
+	return w0, w1, m0, m1
+}
+
+// spanMask returns the bits of word j of a row that cells x0..x1 cover.
+func spanMask(x0, x1 int32, j int) uint64 {
+	lo, hi := j<<6, j<<6+63
+	if int(x1) < lo || int(x0) > hi {
 		return 0
 	}
-	x0, x1, y0, y1 = max(x0, 0), min(x1, 7), max(y0, 0), min(y1, 7)
-	row := uint64(0xFF<<uint(x0)) & uint64(0xFF>>uint(7-x1))
-	return row * 0x0101010101010101 & (^uint64(0) << (8 * uint(y0))) & (^uint64(0) >> (8 * uint(7-y1)))
+	m := ^uint64(0)
+	if int(x0) > lo {
+		m <<= uint(int(x0) - lo)
+	}
+	if int(x1) < hi {
+		m &= ^uint64(0) >> uint(hi-int(x1))
+	}
+	return m
 }
 
-// markTwiceBlocks sets b's cells in one, and in two those already set in
+// markTwiceRows sets b's cells in one, and in two those already set in
 // one (markTwice).
-func markTwiceBlocks(one, two *blockBits, b fineBox) {
-	for by := b.y0 >> 3; by <= b.y1>>3; by++ {
-		for bx := b.x0 >> 3; bx <= b.x1>>3; bx++ {
-			k := int(by)*one.nbx + int(bx)
-			m := blockMask(&b, bx, by)
-			two.w[k] |= one.w[k] & m
-			one.w[k] |= m
+func markTwiceRows(one, two *rowBits, b fineBox) {
+	w0, w1, m0, m1 := rowSpan(b.x0, b.x1)
+	for cy := b.y0; cy <= b.y1; cy++ {
+		k := int(cy) * one.stride
+		for j := w0; j <= w1; j++ {
+			m := ^uint64(0)
+			if j == w0 {
+				m = m0
+			}
+			if j == w1 {
+				m &= m1
+			}
+			two.w[k+j] |= one.w[k+j] & m
+			one.w[k+j] |= m
 		}
 	}
 }
 
-// anyBlocks reports whether a cell of b is set in one.
-func anyBlocks(one *blockBits, b *fineBox) bool {
-	for by := b.y0 >> 3; by <= b.y1>>3; by++ {
-		for bx := b.x0 >> 3; bx <= b.x1>>3; bx++ {
-			if w := one.w[int(by)*one.nbx+int(bx)]; w != 0 && w&blockMask(b, bx, by) != 0 {
+// anyRows reports whether a cell of b is set in one.
+func anyRows(one *rowBits, b *fineBox) bool {
+	w0, w1, m0, m1 := rowSpan(b.x0, b.x1)
+	st := one.stride
+	k, last := int(b.y0)*st, int(b.y1)*st
+	if w0 == w1 {
+		for ; k <= last; k += st {
+			if one.w[k+w0]&m0 != 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for ; k <= last; k += st {
+		if one.w[k+w0]&m0 != 0 || one.w[k+w1]&m1 != 0 {
+			return true
+		}
+		for j := w0 + 1; j < w1; j++ {
+			if one.w[k+j] != 0 {
 				return true
 			}
 		}
@@ -327,20 +386,25 @@ func anyBlocks(one *blockBits, b *fineBox) bool {
 	return false
 }
 
-// anyButBlocks is grid.anyBut over blockBits.
-func anyButBlocks(one, two *blockBits, b, own *fineBox) bool {
-	for by := b.y0 >> 3; by <= b.y1>>3; by++ {
-		for bx := b.x0 >> 3; bx <= b.x1>>3; bx++ {
-			k := int(by)*one.nbx + int(bx)
-			if one.w[k] == 0 {
-				continue
+// anyButRows is grid.anyBut over rowBits.
+func anyButRows(one, two *rowBits, b, own *fineBox) bool {
+	w0, w1, m0, m1 := rowSpan(b.x0, b.x1)
+	for cy := b.y0; cy <= b.y1; cy++ {
+		k := int(cy) * one.stride
+		inOwn := own != nil && cy >= own.y0 && cy <= own.y1
+		for j := w0; j <= w1; j++ {
+			m := ^uint64(0)
+			if j == w0 {
+				m = m0
 			}
-			m := blockMask(b, bx, by)
-			hit := one.w[k] & m
+			if j == w1 {
+				m &= m1
+			}
+			hit := one.w[k+j] & m
 			if hit == 0 {
 				continue
 			}
-			if two.w[k]&m != 0 || own == nil || hit&^blockMask(own, bx, by) != 0 {
+			if two.w[k+j]&m != 0 || !inOwn || hit&^spanMask(own.x0, own.x1, j) != 0 {
 				return true
 			}
 		}

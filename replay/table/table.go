@@ -379,9 +379,19 @@ func (t *Table) record(i int) Record {
 // unspecified. It panics if i is not below Slots.
 func (t *Table) Row(i int) Record {
 	if uint(i) >= uint(t.slots) {
-		panic(fmt.Sprintf("table %d: Row(%d) beyond %d slots", t.id, i, t.slots))
+		panic(rowError{t.id, i, t.slots}) // small enough for Row to inline
 	}
 	return t.record(i)
+}
+
+// rowError is Row's panic value.
+type rowError struct {
+	table    uint32
+	i, slots int
+}
+
+func (e rowError) Error() string {
+	return fmt.Sprintf("table %d: Row(%d) beyond %d slots", e.table, e.i, e.slots)
 }
 
 // Mut returns live slot i's record for writing: it marks the page dirty and

@@ -1,7 +1,5 @@
 package broadside
 
-import "math/bits"
-
 // Sleeping cannonballs. Most balls in flight are far from every ship:
 // flyBalls tests each one every tick, and for nine in ten the prefilter
 // (grid.mayTouch) answers that its path touches no ship. A ball that is
@@ -73,26 +71,41 @@ type sleeper struct {
 	off   bool   // never sleep (tests compare against it)
 	on    bool   // an epoch is running
 	epoch uint64 // its first tick
+	gen   uint64 // its number: one more at every start, never reset
 	last  uint64 // the last tick prepared
 	// far holds the fine cells of the anchored ships' boxes grown by
 	// sleepDrift.
 	far rowBits
 	// far2 has the cells of far marked twice or more (grid.anyBut).
 	far2 rowBits
-	// Per ship slot: its anchor and the id of the ship anchored, valid if
-	// its bit of anchored is set.
-	anchX, anchY []int32
-	anchID       []uint64
-	anchored     []uint64
+	// Per ship slot: its anchor, if it was anchored in this epoch.
+	anch []shipAnchor
 	// Per ball slot: asleep, and then the fine cells of its path box.
 	asleep  []uint64
 	box     []fineBox
 	nAsleep int
+	// band[j] lists the balls that fell asleep in this epoch with a path
+	// box over fine rows of band j (rows 8j..8j+7), so that a ship
+	// anchored anew wakes the balls near it without scanning every
+	// sleeper. Entries may be stale (the ball woke, or sleeps with another
+	// box); every sleeping ball is listed in each band its box meets.
+	band [][]int32
 	// wake[k] lists the balls that wake at tick epoch+k (entries may be
 	// stale: waking an awake ball does nothing).
 	wake  [sleepEpoch][]int32
 	moved []fineBox // scratch: the boxes anchored anew this tick
 }
+
+// shipAnchor is where a ship slot's ship was anchored, valid in the
+// sleeper's epoch number gen only (a zero entry is never valid).
+type shipAnchor struct {
+	x, y int32
+	id   uint64
+	gen  uint64
+}
+
+// bandShift is log2 of the fine rows in a band of sleeper.band.
+const bandShift = 3
 
 func setBit(b []uint64, i int) []uint64 {
 	for i>>6 >= len(b) {
@@ -125,11 +138,10 @@ func (z *sleeper) reset() {
 // far.
 func (s *Sector) anchor(i int, id uint64, x, y int32) fineBox {
 	z := &s.sleep
-	for i >= len(z.anchX) {
-		z.anchX, z.anchY, z.anchID = append(z.anchX, 0), append(z.anchY, 0), append(z.anchID, 0)
+	for i >= len(z.anch) {
+		z.anch = append(z.anch, shipAnchor{})
 	}
-	z.anchX[i], z.anchY[i], z.anchID[i] = x, y, id
-	z.anchored = setBit(z.anchored, i)
+	z.anch[i] = shipAnchor{x: x, y: y, id: id, gen: z.gen}
 	b := s.anchorBox(x, y)
 	markTwiceRows(&z.far, &z.far2, b)
 	return b
@@ -153,17 +165,21 @@ func (s *Sector) prepareSleep() {
 	t := s.tick
 	if z.far.w == nil {
 		z.far, z.far2 = newRowBits(s.grid), newRowBits(s.grid)
+		z.band = make([][]int32, (s.grid.fny+1<<bandShift-1)>>bandShift)
 		z.on = false
 	}
 	if !z.on || t != z.last+1 || t >= z.epoch+sleepEpoch {
 		z.on, z.epoch, z.last = true, t, t
+		z.gen++
 		clear(z.far.w)
 		clear(z.far2.w)
-		clear(z.anchored)
 		clear(z.asleep)
 		z.nAsleep = 0
 		for k := range z.wake {
 			z.wake[k] = z.wake[k][:0]
+		}
+		for j := range z.band {
+			z.band[j] = z.band[j][:0]
 		}
 		for _, slot := range s.grid.order {
 			g := &s.grid.ships[slot]
@@ -181,9 +197,11 @@ func (s *Sector) prepareSleep() {
 	for _, slot := range s.grid.order {
 		g := &s.grid.ships[slot]
 		i := int(g.slot)
-		if hasBit(z.anchored, i) && z.anchID[i] == g.id {
-			if dx, dy := g.x-z.anchX[i], g.y-z.anchY[i]; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {
-				continue
+		if i < len(z.anch) {
+			if a := &z.anch[i]; a.gen == z.gen && a.id == g.id {
+				if dx, dy := g.x-a.x, g.y-a.y; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {
+					continue
+				}
 			}
 		}
 		z.moved = append(z.moved, s.anchor(i, g.id, g.x, g.y))
@@ -191,14 +209,12 @@ func (s *Sector) prepareSleep() {
 	if len(z.moved) == 0 || z.nAsleep == 0 {
 		return
 	}
-	for w, word := range z.asleep {
-		for word != 0 {
-			i := w<<6 | bits.TrailingZeros64(word)
-			word &= word - 1
-			for k := range z.moved {
-				if z.box[i].overlaps(&z.moved[k]) {
-					z.awaken(i)
-					break
+	for k := range z.moved {
+		m := &z.moved[k]
+		for j := int(m.y0) >> bandShift; j <= int(m.y1)>>bandShift; j++ {
+			for _, i := range z.band[j] {
+				if hasBit(z.asleep, int(i)) && z.box[i].overlaps(m) {
+					z.awaken(int(i))
 				}
 			}
 		}
@@ -253,6 +269,9 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 		z.box = append(z.box, fineBox{})
 	}
 	z.box[i] = b
+	for j := int(b.y0) >> bandShift; j <= int(b.y1)>>bandShift; j++ {
+		z.band[j] = append(z.band[j], int32(i))
+	}
 	z.nAsleep++
 	if k := end + 1 - z.epoch; k < sleepEpoch {
 		z.wake[k] = append(z.wake[k], int32(i))
@@ -284,8 +303,10 @@ func (s *Sector) pathClear(h *ballHot, b *fineBox, own *sleepOwner) bool {
 	}
 	if !own.known {
 		own.known = true
-		if o := int(h.ownerSlot); o >= 0 && hasBit(z.anchored, o) && z.anchID[o] == h.owner {
-			own.b, own.ok = s.anchorBox(z.anchX[o], z.anchY[o]), true
+		if o := int(h.ownerSlot); o >= 0 && o < len(z.anch) {
+			if a := &z.anch[o]; a.gen == z.gen && a.id == h.owner {
+				own.b, own.ok = s.anchorBox(a.x, a.y), true
+			}
 		}
 	}
 	var ob *fineBox

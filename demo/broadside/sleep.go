@@ -410,6 +410,26 @@ func anyRows(one *rowBits, b *fineBox) bool {
 // anyButRows is grid.anyBut over rowBits.
 func anyButRows(one, two *rowBits, b, own *fineBox) bool {
 	w0, w1, m0, m1 := rowSpan(b.x0, b.x1)
+	if w0 == w1 {
+		// Most boxes: one word a row, and own's cells in it under one
+		// mask (none outside own's rows).
+		var om uint64
+		oy0, oy1 := int32(1), int32(0)
+		if own != nil {
+			om, oy0, oy1 = spanMask(own.x0, own.x1, w0), own.y0, own.y1
+		}
+		st := one.stride
+		for cy, k := b.y0, int(b.y0)*st+w0; cy <= b.y1; cy, k = cy+1, k+st {
+			hit := one.w[k] & m0
+			if hit == 0 {
+				continue
+			}
+			if two.w[k]&m0 != 0 || cy < oy0 || cy > oy1 || hit&^om != 0 {
+				return true
+			}
+		}
+		return false
+	}
 	for cy := b.y0; cy <= b.y1; cy++ {
 		k := int(cy) * one.stride
 		inOwn := own != nil && cy >= own.y0 && cy <= own.y1

@@ -372,7 +372,7 @@ func (t *Table) Free(i int) {
 // record returns slot i's bytes without any bookkeeping.
 func (t *Table) record(i int) Record {
 	off := (i & t.pageMask) * t.recSize
-	return t.pages[i>>t.pageShift][off : off+t.recSize : off+t.recSize]
+	return t.pages[i>>(t.pageShift&63)][off : off+t.recSize : off+t.recSize]
 }
 
 // Row returns slot i's record for reading; a free slot's bytes are
@@ -407,7 +407,7 @@ func (t *Table) Mut(i int) Record {
 }
 
 func (t *Table) markDirty(i int) {
-	pg := i >> t.pageShift
+	pg := i >> (t.pageShift & 63)
 	t.dirty[pg>>6] |= 1 << (uint(pg) & 63)
 }
 

@@ -38,8 +38,11 @@ const (
 	// sleepBackoff is how many ticks a ball whose next tick's path meets
 	// a ship's anchored box is not tried again: on the benchmark tape, 4
 	// cuts trySleep's calls from 1,658 to ~1,150 per world tick for ~100
-	// more balls visited (2 cuts less, 8 and 12 keep more awake).
-	sleepBackoff = 4
+	// more balls visited (2 cuts less, 8 and 12 keep more awake). With
+	// the cheaper visits and box tests of the row layout, 8 costs the
+	// fewest instructions per replay (session 12: 2 / 4 / 8 ticks:
+	// 741 / 744 / 735 M).
+	sleepBackoff = 8
 )
 
 // fineBox is a box of fine cells of the grid (inclusive).

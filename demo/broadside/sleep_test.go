@@ -2,6 +2,7 @@ package broadside
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
@@ -167,5 +168,32 @@ func TestRowBits(t *testing.T) {
 	}
 	if marked == 0 || marked == agree {
 		t.Fatalf("the test exercised too little: %d of %d boxes marked", marked, agree)
+	}
+}
+
+// TestTicksIn checks cacheBall's count of the steps a flight stays in a
+// box against stepping it, for speeds of either sign, zero, and points at
+// both edges.
+func TestTicksIn(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for range 20000 {
+		lo := rng.Int64N(2000) - 1000
+		hi := lo + 1 + rng.Int64N(3000)
+		p := lo + rng.Int64N(hi-lo)
+		v := rng.Int64N(401) - 200
+		got := ticksIn(p, v, lo, hi)
+		if v == 0 {
+			if got != math.MaxUint64 {
+				t.Fatalf("ticksIn(%d, 0, %d, %d) = %d, want all", p, lo, hi, got)
+			}
+			continue
+		}
+		var want uint64
+		for q := p + v; q >= lo && q < hi; q += v {
+			want++
+		}
+		if got != want {
+			t.Fatalf("ticksIn(%d, %d, %d, %d) = %d, want %d", p, v, lo, hi, got, want)
+		}
 	}
 }

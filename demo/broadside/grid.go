@@ -148,13 +148,13 @@ func newGrid(r Rect, margin int32, islands []Island) *grid {
 
 // cellXY returns the cell coordinates of (x, y), clamped to the grid.
 func (g *grid) cellXY(x, y int64) (int, int) {
-	cx, cy := max(x-g.x0, 0)>>g.shift, max(y-g.y0, 0)>>g.shift
+	cx, cy := max(x-g.x0, 0)>>(g.shift&63), max(y-g.y0, 0)>>(g.shift&63) // &63: no test for a shift ≥ 64
 	return int(min(cx, int64(g.nx-1))), int(min(cy, int64(g.ny-1)))
 }
 
 // fineXY returns the fine cell coordinates of (x, y), clamped to the grid.
 func (g *grid) fineXY(x, y int64) (int, int) {
-	cx, cy := max(x-g.x0, 0)>>g.fshift, max(y-g.y0, 0)>>g.fshift
+	cx, cy := max(x-g.x0, 0)>>(g.fshift&63), max(y-g.y0, 0)>>(g.fshift&63)
 	return int(min(cx, int64(g.fnx-1))), int(min(cy, int64(g.fny-1)))
 }
 

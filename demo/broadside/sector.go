@@ -67,6 +67,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/anoptic/broadside/lineage"
@@ -710,25 +711,16 @@ func (s *Sector) cacheBall(i int, ownerSlot int32) {
 	if h.quiet > end {
 		return
 	}
-	ok := func(t uint64) bool {
-		x, y := h.at(t)
-		return s.geo.inWorld(x, y) && s.bounds.Contains(x, y)
-	}
-	if !ok(h.quiet) {
+	// In the world and in the sector: in their intersection, a box.
+	x0, x1 := max(0, int64(s.bounds.X0)), min(int64(s.geo.w), int64(s.bounds.X1))
+	y0, y1 := max(0, int64(s.bounds.Y0)), min(int64(s.geo.h), int64(s.bounds.Y1))
+	ax, ay := h.at(h.quiet)
+	if ax < x0 || ax >= x1 || ay < y0 || ay >= y1 {
 		return
 	}
-	// The ticks in the world and the sector are an interval (the flight
-	// is a straight line, the regions are boxes): the last one, by
-	// bisection between quiet (in) and end.
-	lo, hi := h.quiet, end
-	for lo < hi {
-		if mid := lo + (hi-lo+1)/2; ok(mid) {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
-	}
-	ax, ay := h.at(h.quiet)
+	// The ticks in it are an interval (the flight is a straight line):
+	// the last one is the last before the first side crossed.
+	lo := h.quiet + min(end-h.quiet, ticksIn(ax, int64(h.vx), x0, x1), ticksIn(ay, int64(h.vy), y0, y1))
 	bx, by := h.at(lo)
 	if s.grid.offIslands(min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)) {
 		h.last = lo
@@ -740,6 +732,18 @@ func (s *Sector) cacheBall(i int, ownerSlot int32) {
 		}
 		h.last = t
 	}
+}
+
+// ticksIn returns how many steps of v a point at p, lo ≤ p < hi, makes
+// and stays in lo..hi-1 (all of them if v is 0).
+func ticksIn(p, v, lo, hi int64) uint64 {
+	switch {
+	case v > 0:
+		return uint64((hi - 1 - p) / v)
+	case v < 0:
+		return uint64((p - lo) / -v)
+	}
+	return math.MaxUint64
 }
 
 // at returns the ball's position at tick t (ballAt).

@@ -2,6 +2,7 @@ package broadside
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
@@ -111,32 +112,36 @@ func TestBallSleepSound(t *testing.T) {
 	}
 }
 
-// TestBlockBits checks the sleeper's block layout against the grid's
-// linear one: the same boxes marked, the same answers of anyBut (and of
-// anyBlocks, anyBut without an owner) for random
-// boxes and owners, at the grid's edges too.
-func TestBlockBits(t *testing.T) {
+// TestRowBits checks the sleeper's row layout against the grid's linear
+// one: the same boxes marked, the same answers of anyBut (and of anyRows,
+// anyBut without an owner) for random boxes and owners, at the grid's
+// edges and across words too.
+func TestRowBits(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	g := newGrid(Rect{X0: 0, Y0: 0, X1: 4_000_000, Y1: 3_000_000}, 46_000, nil)
 	box := func() fineBox {
 		x0, y0 := int32(rng.IntN(g.fnx)), int32(rng.IntN(g.fny))
-		return fineBox{x0, y0, min(x0+int32(rng.IntN(12)), int32(g.fnx-1)), min(y0+int32(rng.IntN(12)), int32(g.fny-1))}
+		wide := 12
+		if rng.IntN(8) == 0 {
+			wide = 150 // over three words of a row
+		}
+		return fineBox{x0, y0, min(x0+int32(rng.IntN(wide)), int32(g.fnx-1)), min(y0+int32(rng.IntN(12)), int32(g.fny-1))}
 	}
 	var agree, marked int
 	for round := range 50 {
 		one, two := make([]uint64, len(g.occ)), make([]uint64, len(g.occ))
-		bone, btwo := newBlockBits(g), newBlockBits(g)
+		bone, btwo := newRowBits(g), newRowBits(g)
 		var boxes []fineBox
 		for range rng.IntN(400) {
 			b := box()
 			boxes = append(boxes, b)
 			markTwice(g, one, two, b)
-			markTwiceBlocks(&bone, &btwo, b)
+			markTwiceRows(&bone, &btwo, b)
 		}
 		for cy := range g.fny {
 			for cx := range g.fnx {
 				c := cy*g.fnx + cx
-				k, bit := (cy>>3)*bone.nbx+cx>>3, uint(cy&7)*8+uint(cx&7)
+				k, bit := cy*bone.stride+cx>>6, uint(cx&63)
 				if (one[c>>6]>>(uint(c)&63))&1 != (bone.w[k]>>bit)&1 || (two[c>>6]>>(uint(c)&63))&1 != (btwo.w[k]>>bit)&1 {
 					t.Fatalf("round %d: cell (%d, %d) marked differently", round, cx, cy)
 				}
@@ -148,12 +153,12 @@ func TestBlockBits(t *testing.T) {
 			if len(boxes) > 0 && rng.IntN(2) == 0 {
 				own = &boxes[rng.IntN(len(boxes))]
 			}
-			lin, blk := g.anyBut(one, two, &b, own), anyButBlocks(&bone, &btwo, &b, own)
+			lin, blk := g.anyBut(one, two, &b, own), anyButRows(&bone, &btwo, &b, own)
 			if lin != blk {
-				t.Fatalf("round %d: anyBut(%v, own %v) = %v linear, %v in blocks", round, b, own, lin, blk)
+				t.Fatalf("round %d: anyBut(%v, own %v) = %v linear, %v in rows", round, b, own, lin, blk)
 			}
-			if lin, blk := g.anyBut(one, two, &b, nil), anyBlocks(&bone, &b); lin != blk {
-				t.Fatalf("round %d: any(%v) = %v linear, %v in blocks", round, b, lin, blk)
+			if lin, blk := g.anyBut(one, two, &b, nil), anyRows(&bone, &b); lin != blk {
+				t.Fatalf("round %d: any(%v) = %v linear, %v in rows", round, b, lin, blk)
 			}
 			agree++
 			if lin {
@@ -163,5 +168,32 @@ func TestBlockBits(t *testing.T) {
 	}
 	if marked == 0 || marked == agree {
 		t.Fatalf("the test exercised too little: %d of %d boxes marked", marked, agree)
+	}
+}
+
+// TestTicksIn checks cacheBall's count of the steps a flight stays in a
+// box against stepping it, for speeds of either sign, zero, and points at
+// both edges.
+func TestTicksIn(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for range 20000 {
+		lo := rng.Int64N(2000) - 1000
+		hi := lo + 1 + rng.Int64N(3000)
+		p := lo + rng.Int64N(hi-lo)
+		v := rng.Int64N(401) - 200
+		got := ticksIn(p, v, lo, hi)
+		if v == 0 {
+			if got != math.MaxUint64 {
+				t.Fatalf("ticksIn(%d, 0, %d, %d) = %d, want all", p, lo, hi, got)
+			}
+			continue
+		}
+		var want uint64
+		for q := p + v; q >= lo && q < hi; q += v {
+			want++
+		}
+		if got != want {
+			t.Fatalf("ticksIn(%d, %d, %d, %d) = %d, want %d", p, v, lo, hi, got, want)
+		}
 	}
 }

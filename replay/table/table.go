@@ -372,16 +372,26 @@ func (t *Table) Free(i int) {
 // record returns slot i's bytes without any bookkeeping.
 func (t *Table) record(i int) Record {
 	off := (i & t.pageMask) * t.recSize
-	return t.pages[i>>t.pageShift][off : off+t.recSize : off+t.recSize]
+	return t.pages[i>>(t.pageShift&63)][off : off+t.recSize : off+t.recSize]
 }
 
 // Row returns slot i's record for reading; a free slot's bytes are
 // unspecified. It panics if i is not below Slots.
 func (t *Table) Row(i int) Record {
 	if uint(i) >= uint(t.slots) {
-		panic(fmt.Sprintf("table %d: Row(%d) beyond %d slots", t.id, i, t.slots))
+		panic(rowError{t.id, i, t.slots}) // small enough for Row to inline
 	}
 	return t.record(i)
+}
+
+// rowError is Row's panic value.
+type rowError struct {
+	table    uint32
+	i, slots int
+}
+
+func (e rowError) Error() string {
+	return fmt.Sprintf("table %d: Row(%d) beyond %d slots", e.table, e.i, e.slots)
 }
 
 // Mut returns live slot i's record for writing: it marks the page dirty and
@@ -397,7 +407,7 @@ func (t *Table) Mut(i int) Record {
 }
 
 func (t *Table) markDirty(i int) {
-	pg := i >> t.pageShift
+	pg := i >> (t.pageShift & 63)
 	t.dirty[pg>>6] |= 1 << (uint(pg) & 63)
 }
 

@@ -198,10 +198,13 @@ func diskFull(t *testing.T, slack int64) {
 		t.Errorf("%d acknowledged commands not in the log, %d twice", lost, dup)
 	case slack == 0 && (!strings.Contains(string(logText), "refusing commands busy") || !strings.Contains(string(logText), "stores again")):
 		t.Errorf("the server's log does not say it refused and resumed:\n%s", logText)
+	case slack > 0 && !strings.Contains(string(logText), "no space left on device"):
+		t.Errorf("the server's writes never met the full disk: nothing was tested")
 	}
 	what := "diskfull:"
 	if slack > 0 {
-		what = fmt.Sprintf("diskfull (%d KiB left to the server's own writes): the server stayed up,", slack>>10)
+		what = fmt.Sprintf("diskfull (%d KiB left to the server's own writes): the server stayed up through %d logged write failures,",
+			slack>>10, strings.Count(string(logText), "no space left on device"))
 	}
 	fmt.Printf("%s %d refused busy, %d acknowledged unstored, %d acknowledged in all (%d before space was freed; %d not yet ordered at the final SIGKILL, ordered by the restart), resumed after %.1fs\n",
 		what, busy, lost, len(r.acked), ackedFull, unordered-lost, resumed.Seconds())

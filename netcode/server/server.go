@@ -192,8 +192,10 @@ type Server struct {
 	state   []byte
 	frame   []byte
 	targets []target
-	// queue holds accepted commands for the MaxAppending append workers.
+	// queue holds accepted commands for the MaxAppending append workers;
+	// jobs pools the asyncJobs of an AsyncAppender's appends.
 	queue *appendQueue
+	jobs  sync.Pool
 	// published is when Publish last ran (UnixNano; 0: never): with the
 	// tick period, when the next state update is due (updateDueWithin).
 	published atomic.Int64
@@ -672,24 +674,49 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 // AsyncAppender, else to the append workers' queue.
 func (s *Server) submit(j appendJob) {
 	id := CommandID(j.sess.claims.PlayerID, j.sess.id, j.seq)
-	if f, ok := s.cfg.Log.(FloorAppender); ok {
-		if err := f.AppendWithFloorAsync(j.ctx, id, j.floor, j.env, func(err error) { s.appended(j, err) }); err != nil {
-			s.appended(j, err)
-		}
-		return
-	}
 	a, ok := s.cfg.Log.(AsyncAppender)
 	if !ok {
 		s.queue.push(j)
 		return
 	}
+	aj := s.asyncJob(j)
+	if f, ok := a.(FloorAppender); ok {
+		if err := f.AppendWithFloorAsync(j.ctx, id, j.floor, j.env, aj.done); err != nil {
+			aj.done(err)
+		}
+		return
+	}
 	// A resent command (after a reconnection, or to a restarted server)
 	// has the id it had the first time: the log stores it once and
 	// returns as for the first append.
-	if err := a.AppendWithIDAsync(j.ctx, id, j.env,
-		func(err error) { s.appended(j, err) }); err != nil {
-		s.appended(j, err)
+	if err := a.AppendWithIDAsync(j.ctx, id, j.env, aj.done); err != nil {
+		aj.done(err)
 	}
+}
+
+// asyncJob is an appendJob handed to an AsyncAppender with its callback,
+// bound once: the jobs are reused (Server.jobs), so a command costs no
+// closure allocation. done settles the job and returns it to the pool;
+// it is called once per use.
+type asyncJob struct {
+	appendJob
+	done func(error)
+}
+
+// asyncJob returns a pooled asyncJob holding j.
+func (s *Server) asyncJob(j appendJob) *asyncJob {
+	aj, _ := s.jobs.Get().(*asyncJob)
+	if aj == nil {
+		aj = &asyncJob{}
+		aj.done = func(err error) {
+			j := aj.appendJob
+			aj.appendJob = appendJob{} // keeps no session or envelope alive
+			s.jobs.Put(aj)
+			s.appended(j, err)
+		}
+	}
+	aj.appendJob = j
+	return aj
 }
 
 // appendJob is an accepted command waiting for an append worker.

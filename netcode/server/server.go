@@ -133,6 +133,15 @@ type Config struct {
 	// one packet per player and tick instead of two. A shorter hold
 	// bounds the added latency and puts the share hold/period of them
 	// with an update.
+	//
+	// To a client that reads them there (Hello.AcksInState: the client
+	// library's default) held acknowledgements go inside the state
+	// datagram itself (StateUpdate.Acked), repeated in each later one until
+	// the client's StateAck of a tick that carried them (a lost datagram
+	// is repaired by the next; each command's window slot is held until
+	// then, or until ackRepairTicks pass, when it goes on the stream too).
+	// They then wait while updates keep coming (one at least in every two
+	// holds: a tick late under load is common), at most 2 × AckHold.
 	AckHold time.Duration
 	// MaxSpectators bounds spectator sessions (default 16; at most 2 per
 	// token): each gets the whole world every tick.
@@ -856,9 +865,9 @@ func (sess *session) signalResults() {
 //
 // A session that reads acknowledgements in state updates (acksInState)
 // has them carried inside the datagrams by Publish instead: the writer
-// then holds them while updates keep coming (at least one per hold; the
-// hold starts again after each), and writes on the stream what a hold
-// without an update left, and what Publish spilled.
+// then holds them while updates keep coming (at least one in every two
+// holds; the hold starts again after each), and writes on the stream what
+// two holds without an update left, and what Publish spilled.
 func (sess *session) writeState(ctx context.Context, hold time.Duration, due func(time.Duration) bool, published func() int64) {
 	var results []wire.CommandResult
 	var buf []byte
@@ -979,9 +988,10 @@ func (sess *session) writeState(ctx context.Context, hold time.Duration, due fun
 					held = false
 					continue
 				}
-				if published() > heldAt && due(hold) {
-					// An update went out during the hold (and took what
-					// waited then): the rest waits for the next one.
+				if published() > heldAt-int64(hold) && due(hold) {
+					// An update went out during the hold or the one
+					// before (and took what waited then; a tick late under
+					// load is common): the rest waits for the next one.
 					heldAt = time.Now().UnixNano()
 					timer.Reset(hold)
 					continue

@@ -68,7 +68,7 @@ func newCrashRig(t *testing.T) *crashRig {
 	if hold := os.Getenv("BROADSIDE_CRASH_ACK_HOLD"); hold != "" {
 		// Acknowledgements inside state datagrams (serve --ack-hold)
 		// must keep the promise across the kills too.
-		r.args = append(r.args, "--ack-hold", hold)
+		r.args = append(r.args, "--ack-hold", hold, "--acks-in-state")
 	}
 	return r
 }

@@ -56,6 +56,9 @@ type ServeConfig struct {
 	ProfileDir string
 	// AckHold is the server's (server.Config.AckHold; serve --ack-hold).
 	AckHold time.Duration
+	// AcksInState is the server's (server.Config.AcksInState; serve
+	// --acks-in-state).
+	AcksInState bool
 	Output
 }
 
@@ -202,7 +205,7 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	if err != nil {
 		return res, err
 	}
-	g, err := startGameServer(ctx, gameServerConfig{Dir: dir, Durability: c.Durability, Game: game, Players: cr, Logger: cfg.Logger, AckHold: cfg.AckHold})
+	g, err := startGameServer(ctx, gameServerConfig{Dir: dir, Durability: c.Durability, Game: game, Players: cr, Logger: cfg.Logger, AckHold: cfg.AckHold, AcksInState: cfg.AcksInState})
 	if err != nil {
 		return res, err
 	}

@@ -89,7 +89,7 @@ func TestCarriedAcks(t *testing.T) {
 // acknowledgements on the stream gets them there.
 func TestAcksRideInsideState(t *testing.T) {
 	const hold = 2 * time.Second
-	ts, c := stateSession(t, Config{State: &fakeState{size: 100}, AckHold: hold, MaxInflight: 4, Limits: IntakeLimits{Rate: 100, Burst: 20}})
+	ts, c := stateSession(t, Config{State: &fakeState{size: 100}, AckHold: hold, AcksInState: true, MaxInflight: 4, Limits: IntakeLimits{Rate: 100, Burst: 20}})
 	ts.srv.mu.Lock()
 	sess := ts.srv.players[7]
 	ts.srv.mu.Unlock()

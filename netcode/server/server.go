@@ -141,8 +141,19 @@ type Config struct {
 	// is repaired by the next; each command's window slot is held until
 	// then, or until ackRepairTicks pass, when it goes on the stream too).
 	// They then wait while updates keep coming (one at least in every two
-	// holds: a tick late under load is common), at most 2 × AckHold.
+	// holds: a tick late under load is common), at most 2 × AckHold. This
+	// needs AcksInState.
 	AckHold time.Duration
+	// AcksInState lets held acknowledgements ride inside state datagrams
+	// (above) for clients that read them there (default false: they go on
+	// the stream, written right after the datagram so that QUIC packs both
+	// into one packet). Off by default because it saves no packet with
+	// quic-go v0.65: a packet of DATAGRAM frames only carries an ACK of the
+	// client's packets that is already due, so the QUIC ACK of the
+	// client's command, which rode in the stream acknowledgement's packet,
+	// goes alone after the 25 ms ACK delay instead (docs/benchmarks.md,
+	// session 12).
+	AcksInState bool
 	// MaxSpectators bounds spectator sessions (default 16; at most 2 per
 	// token): each gets the whole world every tick.
 	MaxSpectators int
@@ -532,7 +543,7 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		hello.Session = NewSessionID()
 	}
 	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session,
-		acksInState: hello.AcksInState && !hello.Spectator, stateOut: make(chan stateFrame, 1), stateFree: make(chan []byte, 2),
+		acksInState: s.cfg.AcksInState && hello.AcksInState && !hello.Spectator, stateOut: make(chan stateFrame, 1), stateFree: make(chan []byte, 2),
 		dgramOut: make(chan stateFrame, 1), dgramFree: make(chan []byte, 2),
 		slots: make(chan struct{}, s.cfg.MaxInflight), resReady: make(chan struct{}, 1)}
 	s.mu.Lock()

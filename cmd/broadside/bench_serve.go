@@ -71,6 +71,7 @@ runtime (other). --json FILE writes one row per contender and bot count.
 	f.StringVar(&cfg.Dir, "dir", "", "parent `DIR` of the data directories (default: the system temp dir)")
 	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "write each run's CPU profile to `DIR`/serve-CONTENDER-BOTS.pprof")
 	f.DurationVar(&cfg.AckHold, "ack-hold", 0, "the server's --ack-hold (see serve)")
+	f.BoolVar(&cfg.AcksInState, "acks-in-state", false, "the server's --acks-in-state (see serve)")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress on stderr")
 	return cmd
 }

@@ -65,6 +65,11 @@ func newCrashRig(t *testing.T) *crashRig {
 		"--tls-dir", filepath.Join(dir, "tls"), "--secret-file", filepath.Join(dir, "server.secret"),
 		"--data", filepath.Join(dir, "data"), "--record", filepath.Join(dir, "match.bsr"),
 		"--sectors", "2", "--world-size", "2000", "--islands", "4"}
+	if hold := os.Getenv("BROADSIDE_CRASH_ACK_HOLD"); hold != "" {
+		// Acknowledgements inside state datagrams (serve --ack-hold)
+		// must keep the promise across the kills too.
+		r.args = append(r.args, "--ack-hold", hold, "--acks-in-state")
+	}
 	return r
 }
 

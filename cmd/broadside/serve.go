@@ -63,6 +63,7 @@ type serveOptions struct {
 	interest   float64
 	specDelay  time.Duration
 	ackHold    time.Duration
+	ackInState bool
 	retain     time.Duration
 	record     string
 	signKey    string
@@ -151,6 +152,7 @@ it; in production give --cert and --key.`,
 	f.Float64Var(&o.interest, "interest", 600, "players see ships and balls in the 3×3 cells of this size (metres) around their ship")
 	f.DurationVar(&o.specDelay, "spectator-delay", 2*time.Second, "how far behind the players spectators see the world")
 	f.DurationVar(&o.ackHold, "ack-hold", 0, "how long a command's acknowledgement may wait for the player's next state update to share its packet (0: sent when stored; 33ms: every acknowledgement with an update, half a tick later on average)")
+	f.BoolVar(&o.ackInState, "acks-in-state", false, "held acknowledgements ride inside the state datagrams (see server.Config.AcksInState; saves no packet with quic-go v0.65)")
 	f.DurationVar(&o.retain, "retain", 0, "trim the command log and the lineage to about this much play (never past what recovery needs); 0 keeps the whole match (needed to export a recording of it)")
 	f.StringVar(&o.signKey, "sign-key", "", "with --record: sign the recording's log checkpoints with this signer key `FILE` (broadside keygen)")
 	f.StringVar(&o.record, "record", "", "record the live match into this .bsr `FILE` (from the log, by runners of its own: with --world too); after a crash and restart the recording continues in a new segment beside it (FILE.2.bsr, ...), each of which 'replay verify' checks")
@@ -307,7 +309,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	srv, err := server.New(server.Config{
 		ListenAddr: o.listen, TLS: serverTLS, Secret: secret, Log: logc, Durability: server.DurabilityOf(durability),
 		Limits: server.IntakeLimits{Rate: rate.Limit(o.rate), Burst: o.burst}, Logger: log, Registry: reg,
-		State: broadside.NewStateSource(frames), SpectatorDelay: specDelay, AckHold: o.ackHold,
+		State: broadside.NewStateSource(frames), SpectatorDelay: specDelay, AckHold: o.ackHold, AcksInState: o.ackInState,
 		TickRate: broadside.TickRate, Tick: frames.Latest, World: game.Config, Storing: storing.Err, Admission: o.admission,
 	})
 	if err != nil {

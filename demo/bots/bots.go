@@ -160,6 +160,10 @@ type Report struct {
 	// received, down those it sent.
 	UpPacketsPerSec   float64 `json:"up_packets_per_sec_per_client"`
 	DownPacketsPerSec float64 `json:"down_packets_per_sec_per_client"`
+	// AckedInState counts the commands whose acknowledgement came
+	// inside a state update (client.Client.AckedInState) rather than on
+	// the stream.
+	AckedInState int64 `json:"acked_in_state"`
 	// Timeline holds per-second figures.
 	Timeline []Snapshot `json:"timeline"`
 }
@@ -420,6 +424,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		pktDown += r
 		rep.Reconnects += int64(b.c.Reconnects())
 		rep.Resent += int64(b.c.Resent())
+		rep.AckedInState += int64(b.c.AckedInState())
 	}
 	for _, b := range bots {
 		b.c.Close()

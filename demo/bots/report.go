@@ -26,6 +26,9 @@ func (rep Report) WriteText(out io.Writer) {
 	if rep.UpdatesPerSec > 0 {
 		fmt.Fprintf(out, "; %.2f down per state update", rep.DownPacketsPerSec/rep.UpdatesPerSec)
 	}
+	if rep.Acked > 0 {
+		fmt.Fprintf(out, "; %.0f%% of acknowledgements inside state updates", 100*float64(rep.AckedInState)/float64(rep.Acked))
+	}
 	fmt.Fprintln(out)
 }
 

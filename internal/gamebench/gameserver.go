@@ -64,7 +64,8 @@ type gameServerConfig struct {
 	Players *credentials
 	Addr    string
 	// AckHold is the server's (server.Config.AckHold).
-	AckHold time.Duration
+	AckHold     time.Duration
+	AcksInState bool
 	// OnFrame sees every tick the world publishes.
 	OnFrame func(w *world.World, tick uint64)
 	Logger  *slog.Logger
@@ -122,7 +123,7 @@ func startGameServer(ctx context.Context, cfg gameServerConfig) (*gameServer, er
 			ListenAddr: addr, TLS: stls, Secret: cfg.Players.secret, Log: g.log.Log(), Durability: server.DurabilityOf(cfg.Durability),
 			Limits: server.IntakeLimits{Rate: 60, Burst: 30}, Logger: cfg.Logger, Registry: reg,
 			State: broadside.NewStateSource(frames), SpectatorDelay: 2 * broadside.TickRate, TickRate: broadside.TickRate,
-			Tick: frames.Latest, World: cfg.Game.Config, AckHold: cfg.AckHold,
+			Tick: frames.Latest, World: cfg.Game.Config, AckHold: cfg.AckHold, AcksInState: cfg.AcksInState,
 		})
 		if err != nil {
 			g.log.Close()

@@ -56,6 +56,9 @@ type ServeConfig struct {
 	ProfileDir string
 	// AckHold is the server's (server.Config.AckHold; serve --ack-hold).
 	AckHold time.Duration
+	// AcksInState is the server's (server.Config.AcksInState; serve
+	// --acks-in-state).
+	AcksInState bool
 	Output
 }
 
@@ -99,7 +102,10 @@ type serveResult struct {
 	PacketsUp      float64 `json:"packets_up_per_player_tick"`
 	PacketsDown    float64 `json:"packets_down_per_player_tick"`
 	BotMsPerBotSec float64 `json:"bot_cpu_ms_per_bot_second"`
-	Err            string  `json:"error,omitempty"`
+	// AcksInState is the share of acknowledgements that came inside
+	// state updates (the rest on the stream).
+	AcksInState float64 `json:"acks_in_state_share"`
+	Err         string  `json:"error,omitempty"`
 }
 
 // serverComponents are the component labels in the order the table shows.
@@ -199,7 +205,7 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	if err != nil {
 		return res, err
 	}
-	g, err := startGameServer(ctx, gameServerConfig{Dir: dir, Durability: c.Durability, Game: game, Players: cr, Logger: cfg.Logger, AckHold: cfg.AckHold})
+	g, err := startGameServer(ctx, gameServerConfig{Dir: dir, Durability: c.Durability, Game: game, Players: cr, Logger: cfg.Logger, AckHold: cfg.AckHold, AcksInState: cfg.AcksInState})
 	if err != nil {
 		return res, err
 	}
@@ -244,6 +250,9 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	}
 	if n > 0 {
 		res.BotMsPerBotSec = res.BotCores * 1000 / float64(n)
+	}
+	if rep.Acked > 0 {
+		res.AcksInState = float64(rep.AckedInState) / float64(rep.Acked)
 	}
 	res.Cores = float64(cpu) / float64(elapsed)
 	if rep.Sent > 0 {
@@ -331,9 +340,10 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 	fmt.Fprintf(out, "player-tick (bots × world ticks) by component, µs: log = the embedded command log; intake =\n")
 	fmt.Fprintf(out, "sessions, reading and checking commands; fan-out = state updates and acknowledgements; sim = the\n")
 	fmt.Fprintf(out, "world's Runners, snapshots and Ticker; quic = the players' QUIC connections; other = the runtime (GC);\n")
-	fmt.Fprintf(out, "pkts up/down = QUIC packets per player-tick the bots sent/received; bot ms/bot-s = the bots' CPU per bot-second\n")
+	fmt.Fprintf(out, "pkts up/down = QUIC packets per player-tick the bots sent/received; bot ms/bot-s = the bots' CPU per bot-second;\n")
+	fmt.Fprintf(out, "acks in state = the share of acknowledgements that came inside state datagrams (--ack-hold)\n")
 	tw = tabwriter.NewWriter(out, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "contender\tbots\tserver cores\tbot cores\t%s\ttotal\tpkts up\tpkts down\tbot ms/bot-s\t\n", strings.Join(serverComponents, "\t"))
+	fmt.Fprintf(tw, "contender\tbots\tserver cores\tbot cores\t%s\ttotal\tpkts up\tpkts down\tbot ms/bot-s\tacks in state\t\n", strings.Join(serverComponents, "\t"))
 	for _, n := range cfg.Bots {
 		for _, c := range contenders {
 			for _, r := range results {
@@ -346,8 +356,8 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 					cells = append(cells, fmt.Sprintf("%.1f", r.PerPlayerTickUs[k]))
 					total += r.PerPlayerTickUs[k]
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t%.2f\t\n", r.Contender, r.Bots, r.ServerCores, r.BotCores, strings.Join(cells, "\t"), total,
-					r.PacketsUp, r.PacketsDown, r.BotMsPerBotSec)
+				fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.0f%%\t\n", r.Contender, r.Bots, r.ServerCores, r.BotCores, strings.Join(cells, "\t"), total,
+					r.PacketsUp, r.PacketsDown, r.BotMsPerBotSec, 100*r.AcksInState)
 			}
 		}
 	}

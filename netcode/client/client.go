@@ -71,6 +71,10 @@ type Config struct {
 	// leaves it open (its owner closes it). Make it with NewEndpoint, so
 	// that its timeouts are the ones Dial would pick for this Config.
 	Endpoint *transport.Endpoint
+	// AcksOnStream asks the server for every acknowledgement on the
+	// stream, as clients did before acknowledgements rode in state
+	// updates (Hello.AcksInState false; for comparisons and tests).
+	AcksOnStream bool
 }
 
 // DefaultStateAckDelay is the default Config.StateAckDelay.
@@ -158,6 +162,7 @@ type Client struct {
 	low uint64
 
 	streamUpdates atomic.Uint64
+	ackedInState  atomic.Uint64
 	reconnects    atomic.Uint64
 	resent        atomic.Uint64
 	closing       atomic.Bool
@@ -281,7 +286,7 @@ func (c *Client) handshake(ctx context.Context, l *link, token string) (wire.Wel
 		return wire.Welcome{}, err
 	}
 	l.st = st
-	hello := wire.Hello{Token: token, Protocol: wire.ProtocolVersion, Spectator: c.cfg.Spectator, Session: c.cfg.Session}
+	hello := wire.Hello{Token: token, Protocol: wire.ProtocolVersion, Spectator: c.cfg.Spectator, Session: c.cfg.Session, AcksInState: !c.cfg.AcksOnStream}
 	if err := st.WriteFrame(wire.EncodeSession(nil, hello)); err != nil {
 		return wire.Welcome{}, err
 	}
@@ -625,6 +630,7 @@ func (c *Client) Close() error {
 // readStream reads l's stream until it ends and returns why.
 func (c *Client) readStream(l *link) error {
 	buf := make([]byte, 0, 4096)
+	var acked []wire.CommandResult
 	var goodbye error
 	for {
 		frame, err := l.st.ReadFrame(buf[:0])
@@ -641,15 +647,14 @@ func (c *Client) readStream(l *link) error {
 		}
 		switch m := m.(type) {
 		case wire.CommandResult:
-			// A verdict is final: the command is no longer resent.
-			c.pmu.Lock()
-			delete(c.pending, m.Seq)
-			c.pmu.Unlock()
-			select {
-			case c.results <- m:
-			default: // nobody reads results: drop
-			}
+			c.settle(m)
 		case wire.StateUpdate:
+			acked = m.Acked.Results(acked[:0])
+			for _, r := range acked {
+				if c.settle(r) {
+					c.ackedInState.Add(1)
+				}
+			}
 			l.firstTick.CompareAndSwap(0, m.Tick)
 			select {
 			case c.updates <- m:
@@ -665,6 +670,7 @@ func (c *Client) readStream(l *link) error {
 // readDatagrams delivers the state updates that arrive as datagrams on l.
 func (c *Client) readDatagrams(l *link) {
 	ctx := l.conn.Context()
+	var acked []wire.CommandResult
 	for {
 		b, err := l.conn.ReceiveDatagram(ctx)
 		if err != nil {
@@ -680,6 +686,15 @@ func (c *Client) readDatagrams(l *link) {
 			l.conn.CloseWithCode(transport.CodeProtocolError, "unexpected datagram from server")
 			return
 		}
+		// Acknowledgements ride in state datagrams (Hello.AcksInState),
+		// repeated until the server sees a StateAck of a tick that
+		// carried them: settle drops the repeats.
+		acked = u.Acked.Results(acked[:0])
+		for _, r := range acked {
+			if c.settle(r) {
+				c.ackedInState.Add(1)
+			}
+		}
 		l.firstTick.CompareAndSwap(0, u.Tick)
 		select {
 		case c.updates <- u:
@@ -689,6 +704,31 @@ func (c *Client) readDatagrams(l *link) {
 		}
 	}
 }
+
+// settle delivers the verdict r on a pending command, once: a verdict is
+// final, the command is no longer resent. A verdict on a command not
+// pending (already settled: an acknowledgement repeated in a later state
+// update or also sent on the stream; or never sent with Send) is dropped.
+// It reports whether r settled a command.
+func (c *Client) settle(r wire.CommandResult) bool {
+	c.pmu.Lock()
+	_, ok := c.pending[r.Seq]
+	delete(c.pending, r.Seq)
+	c.pmu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case c.results <- r:
+	default: // nobody reads results: drop
+	}
+	return true
+}
+
+// AckedInState returns how many commands were settled by an
+// acknowledgement inside a state update (the others by a CommandResult on
+// the stream).
+func (c *Client) AckedInState() uint64 { return c.ackedInState.Load() }
 
 // Stats returns the bytes this session sent and received on the wire
 // (QUIC packets, headers and encryption included), over all its

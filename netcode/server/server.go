@@ -133,7 +133,27 @@ type Config struct {
 	// one packet per player and tick instead of two. A shorter hold
 	// bounds the added latency and puts the share hold/period of them
 	// with an update.
+	//
+	// To a client that reads them there (Hello.AcksInState: the client
+	// library's default) held acknowledgements go inside the state
+	// datagram itself (StateUpdate.Acked), repeated in each later one until
+	// the client's StateAck of a tick that carried them (a lost datagram
+	// is repaired by the next; each command's window slot is held until
+	// then, or until ackRepairTicks pass, when it goes on the stream too).
+	// They then wait while updates keep coming (one at least in every two
+	// holds: a tick late under load is common), at most 2 × AckHold. This
+	// needs AcksInState.
 	AckHold time.Duration
+	// AcksInState lets held acknowledgements ride inside state datagrams
+	// (above) for clients that read them there (default false: they go on
+	// the stream, written right after the datagram so that QUIC packs both
+	// into one packet). Off by default because it saves no packet with
+	// quic-go v0.65: a packet of DATAGRAM frames only carries an ACK of the
+	// client's packets that is already due, so the QUIC ACK of the
+	// client's command, which rode in the stream acknowledgement's packet,
+	// goes alone after the 25 ms ACK delay instead (docs/benchmarks.md,
+	// session 12).
+	AcksInState bool
 	// MaxSpectators bounds spectator sessions (default 16; at most 2 per
 	// token): each gets the whole world every tick.
 	MaxSpectators int
@@ -192,8 +212,10 @@ type Server struct {
 	state   []byte
 	frame   []byte
 	targets []target
-	// queue holds accepted commands for the MaxAppending append workers.
+	// queue holds accepted commands for the MaxAppending append workers;
+	// jobs pools the asyncJobs of an AsyncAppender's appends.
 	queue *appendQueue
+	jobs  sync.Pool
 	// published is when Publish last ran (UnixNano; 0: never): with the
 	// tick period, when the next state update is due (updateDueWithin).
 	published atomic.Int64
@@ -271,10 +293,25 @@ type session struct {
 	slots   chan struct{}
 	pending sync.WaitGroup
 	// results are acknowledgements waiting for the session's writer
-	// (signalled on resReady).
+	// (signalled on resReady), or, for a session that reads them in state
+	// updates (acksInState), for the next datagram (Publish takes them).
 	resMu    sync.Mutex
 	results  []wire.CommandResult
 	resReady chan struct{}
+	// acksInState: the client reads acknowledgements inside state updates
+	// (Hello.AcksInState; never a spectator). With a hold (Config.AckHold)
+	// its acknowledgements ride in the state datagram, repeated in every
+	// one until the client acknowledges a tick that carried them.
+	acksInState bool
+	// carried are acknowledgements sent in state datagrams and not yet
+	// confirmed by a StateAck (each holds its command's slot until then);
+	// spill are acknowledgements the writer must send on the stream (did
+	// not fit a datagram's window, were carried too long unconfirmed, or
+	// the update went on the stream). Both under resMu: an acknowledgement
+	// is in exactly one of results, carried and spill, and its slot is
+	// released once.
+	carried []carriedAck
+	spill   []wire.CommandResult
 	// floor is the session's dedup floor (floor.go).
 	floor sessionFloor
 }
@@ -505,7 +542,8 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 		// deterministic ids, in a session of this connection alone.
 		hello.Session = NewSessionID()
 	}
-	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session, stateOut: make(chan stateFrame, 1), stateFree: make(chan []byte, 2),
+	sess := &session{conn: conn, st: st, claims: claims, spectator: hello.Spectator, id: hello.Session,
+		acksInState: s.cfg.AcksInState && hello.AcksInState && !hello.Spectator, stateOut: make(chan stateFrame, 1), stateFree: make(chan []byte, 2),
 		dgramOut: make(chan stateFrame, 1), dgramFree: make(chan []byte, 2),
 		slots: make(chan struct{}, s.cfg.MaxInflight), resReady: make(chan struct{}, 1)}
 	s.mu.Lock()
@@ -559,7 +597,7 @@ func (s *Server) serveConn(ctx context.Context, conn *transport.Conn) error {
 	}()
 	wctx, stopWriter := context.WithCancel(ctx)
 	defer stopWriter()
-	go labelled(ComponentFanOut, func() { sess.writeState(wctx, s.cfg.AckHold, s.updateDueWithin) })
+	go labelled(ComponentFanOut, func() { sess.writeState(wctx, s.cfg.AckHold, s.updateDueWithin, s.published.Load) })
 	if err := st.WriteFrame(wire.EncodeSession(nil, wire.Welcome{PlayerID: claims.PlayerID, Player: claims.Player,
 		Tick: s.cfg.Tick(), TickRate: s.cfg.TickRate, MaxCommandRate: uint32(s.cfg.Limits.Rate), World: s.cfg.World})); err != nil {
 		return err
@@ -608,6 +646,9 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 			return v.Err
 		case v.StateAck != 0:
 			sess.ackTick.Store(v.StateAck)
+			if sess.acksInState {
+				sess.confirm(v.StateAck)
+			}
 			continue
 		case v.Append == nil && v.Refusal == 0 && !v.Accepted:
 			continue // nothing to do (a stale state acknowledgement)
@@ -653,24 +694,49 @@ func (s *Server) intake(ctx context.Context, sess *session) error {
 // AsyncAppender, else to the append workers' queue.
 func (s *Server) submit(j appendJob) {
 	id := CommandID(j.sess.claims.PlayerID, j.sess.id, j.seq)
-	if f, ok := s.cfg.Log.(FloorAppender); ok {
-		if err := f.AppendWithFloorAsync(j.ctx, id, j.floor, j.env, func(err error) { s.appended(j, err) }); err != nil {
-			s.appended(j, err)
-		}
-		return
-	}
 	a, ok := s.cfg.Log.(AsyncAppender)
 	if !ok {
 		s.queue.push(j)
 		return
 	}
+	aj := s.asyncJob(j)
+	if f, ok := a.(FloorAppender); ok {
+		if err := f.AppendWithFloorAsync(j.ctx, id, j.floor, j.env, aj.done); err != nil {
+			aj.done(err)
+		}
+		return
+	}
 	// A resent command (after a reconnection, or to a restarted server)
 	// has the id it had the first time: the log stores it once and
 	// returns as for the first append.
-	if err := a.AppendWithIDAsync(j.ctx, id, j.env,
-		func(err error) { s.appended(j, err) }); err != nil {
-		s.appended(j, err)
+	if err := a.AppendWithIDAsync(j.ctx, id, j.env, aj.done); err != nil {
+		aj.done(err)
 	}
+}
+
+// asyncJob is an appendJob handed to an AsyncAppender with its callback,
+// bound once: the jobs are reused (Server.jobs), so a command costs no
+// closure allocation. done settles the job and returns it to the pool;
+// it is called once per use.
+type asyncJob struct {
+	appendJob
+	done func(error)
+}
+
+// asyncJob returns a pooled asyncJob holding j.
+func (s *Server) asyncJob(j appendJob) *asyncJob {
+	aj, _ := s.jobs.Get().(*asyncJob)
+	if aj == nil {
+		aj = &asyncJob{}
+		aj.done = func(err error) {
+			j := aj.appendJob
+			aj.appendJob = appendJob{} // keeps no session or envelope alive
+			s.jobs.Put(aj)
+			s.appended(j, err)
+		}
+	}
+	aj.appendJob = j
+	return aj
 }
 
 // appendJob is an accepted command waiting for an append worker.
@@ -776,12 +842,24 @@ func (s *Server) appended(j appendJob, err error) {
 	j.sess.pending.Done()
 }
 
+// spilled reports whether acknowledgements wait in spill.
+func (sess *session) spilled() bool {
+	sess.resMu.Lock()
+	defer sess.resMu.Unlock()
+	return len(sess.spill) > 0
+}
+
 // queueResult hands an acknowledgement to the session's writer, which
 // releases the command's slot once it has written it.
 func (sess *session) queueResult(r wire.CommandResult) {
 	sess.resMu.Lock()
 	sess.results = append(sess.results, r)
 	sess.resMu.Unlock()
+	sess.signalResults()
+}
+
+// signalResults wakes the session's writer: acknowledgements wait.
+func (sess *session) signalResults() {
 	select {
 	case sess.resReady <- struct{}{}:
 	default:
@@ -795,18 +873,27 @@ func (sess *session) queueResult(r wire.CommandResult) {
 // says the update is expected within hold, they wait for it up to hold
 // (Config.AckHold), so that the acknowledgements and the update share a
 // packet instead of taking one each.
-func (sess *session) writeState(ctx context.Context, hold time.Duration, due func(time.Duration) bool) {
+//
+// A session that reads acknowledgements in state updates (acksInState)
+// has them carried inside the datagrams by Publish instead: the writer
+// then holds them while updates keep coming (at least one in every two
+// holds; the hold starts again after each), and writes on the stream what
+// two holds without an update left, and what Publish spilled.
+func (sess *session) writeState(ctx context.Context, hold time.Duration, due func(time.Duration) bool, published func() int64) {
 	var results []wire.CommandResult
 	var buf []byte
 	var err error // once the stream fails, writes stop but slots are still released
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	held := false
+	var heldAt int64 // when the hold started (UnixNano; acksInState)
 	// buffer queues the acknowledgements waiting on the stream, unflushed,
 	// and returns how many.
 	buffer := func() int {
 		sess.resMu.Lock()
 		results, sess.results = sess.results, results[:0]
+		results = append(results, sess.spill...)
+		sess.spill = sess.spill[:0]
 		sess.resMu.Unlock()
 		for _, r := range results {
 			if err != nil {
@@ -835,6 +922,26 @@ func (sess *session) writeState(ctx context.Context, hold time.Duration, due fun
 		}
 		written(n)
 	}
+	// writeSpill writes only the spilled acknowledgements (the others
+	// still wait for a datagram).
+	writeSpill := func() {
+		sess.resMu.Lock()
+		results, sess.spill = append(results[:0], sess.spill...), sess.spill[:0]
+		sess.resMu.Unlock()
+		for _, r := range results {
+			if err != nil {
+				break
+			}
+			buf = wire.AppendCommandResult(buf[:0], r)
+			err = sess.st.BufferFrame(buf)
+		}
+		if err == nil {
+			err = sess.st.Flush()
+		}
+		for range results {
+			<-sess.slots
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -861,16 +968,133 @@ func (sess *session) writeState(ctx context.Context, hold time.Duration, due fun
 				flush()
 				continue
 			}
+			if sess.acksInState {
+				// Publish takes the acknowledgements into the next
+				// datagram; what it spills, and whatever is left when
+				// the hold ends, goes on the stream.
+				if sess.spilled() {
+					writeSpill()
+				}
+				if !held {
+					held = true
+					heldAt = time.Now().UnixNano()
+					timer.Reset(hold)
+				}
+				continue
+			}
 			if !held {
 				held = true
 				sess.acksHeld.Store(true)
 				timer.Reset(hold)
 			}
 		case <-timer.C:
-			if held {
-				flush()
+			if !held {
+				continue
 			}
+			if sess.acksInState {
+				sess.resMu.Lock()
+				waiting := len(sess.results) > 0 || len(sess.spill) > 0
+				sess.resMu.Unlock()
+				if !waiting {
+					held = false
+					continue
+				}
+				if published() > heldAt-int64(hold) && due(hold) {
+					// An update went out during the hold or the one
+					// before (and took what waited then; a tick late under
+					// load is common): the rest waits for the next one.
+					heldAt = time.Now().UnixNano()
+					timer.Reset(hold)
+					continue
+				}
+			}
+			flush()
 		}
+	}
+}
+
+// carriedAck is an acknowledgement carried in state datagrams since the
+// update of tick first.
+type carriedAck struct {
+	seq, first uint64
+}
+
+// ackRepairTicks is how many ticks an acknowledgement rides in state
+// datagrams without the client confirming one (StateAck of a tick at or
+// after its first) before it goes on the stream as well: a client that
+// does not acknowledge state still gets every acknowledgement reliably,
+// and its slots back.
+const ackRepairTicks = 30
+
+// takeAcks moves the acknowledgements waiting for a datagram into carried
+// (from tick t) and returns the window of every carried one, for the
+// update of tick t. Those outside the window, and those carried for
+// ackRepairTicks, move to spill for the writer (spilled reports it). Every
+// acknowledgement in carried when the update of t is built is in its
+// window: a StateAck of any tick ≥ first confirms it (confirm).
+func (sess *session) takeAcks(t uint64, status wire.AckStatus) (w wire.AckWindow, spilled bool) {
+	sess.resMu.Lock()
+	defer sess.resMu.Unlock()
+	for _, r := range sess.results {
+		sess.carried = append(sess.carried, carriedAck{seq: r.Seq, first: t})
+	}
+	sess.results = sess.results[:0]
+	if len(sess.carried) == 0 {
+		return w, false
+	}
+	low := sess.carried[0].seq
+	for _, a := range sess.carried[1:] {
+		low = min(low, a.seq)
+	}
+	w.Status = status
+	w.From = low
+	kept := sess.carried[:0]
+	for _, a := range sess.carried {
+		if (t < a.first || t-a.first < ackRepairTicks) && w.Add(a.seq) {
+			kept = append(kept, a)
+			continue
+		}
+		sess.spill = append(sess.spill, wire.CommandResult{Seq: a.seq, Status: status})
+		spilled = true
+	}
+	clear(sess.carried[len(kept):])
+	sess.carried = kept
+	if w.Bits == 0 {
+		w = wire.AckWindow{}
+	}
+	return w, spilled
+}
+
+// spillCarried moves every carried acknowledgement to spill: the update
+// that would carry them goes on the stream, and they with it.
+func (sess *session) spillCarried(status wire.AckStatus) {
+	sess.resMu.Lock()
+	for _, a := range sess.carried {
+		sess.spill = append(sess.spill, wire.CommandResult{Seq: a.seq, Status: status})
+	}
+	sess.carried = sess.carried[:0]
+	sess.resMu.Unlock()
+}
+
+// confirm drops the carried acknowledgements a StateAck of tick confirms
+// (those carried since a tick ≤ tick: the update of tick carried them) and
+// releases their slots.
+func (sess *session) confirm(tick uint64) {
+	sess.resMu.Lock()
+	n := 0
+	kept := sess.carried[:0]
+	for _, a := range sess.carried {
+		if a.first <= tick {
+			n++
+			continue
+		}
+		kept = append(kept, a)
+	}
+	clear(sess.carried[len(kept):])
+	sess.carried = kept
+	sess.resMu.Unlock()
+	for range n {
+		<-sess.slots
 	}
 }
 
@@ -981,7 +1205,25 @@ func (s *Server) publish(tick uint64) {
 		}
 		s.state = payload
 		u := wire.StateUpdate{Tick: t, BaseTick: base, LastAppliedSeq: tg.applied, Payload: payload}
+		inState := sess.acksInState && s.cfg.AckHold > 0 && sess.conn.DatagramsEnabled()
+		if inState {
+			var spilled bool
+			u.Acked, spilled = sess.takeAcks(t, s.cfg.Durability.AckStatus())
+			if spilled {
+				sess.signalResults()
+			}
+		}
 		s.frame = wire.AppendStateUpdate(s.frame[:0], u)
+		if inState && len(s.frame) > transport.MaxDatagramSize {
+			// The update goes on the stream, and the acknowledgements
+			// with it (the writer writes them before it).
+			sess.spillCarried(s.cfg.Durability.AckStatus())
+			sess.signalResults()
+			if !u.Acked.Empty() {
+				u.Acked = wire.AckWindow{}
+				s.frame = wire.AppendStateUpdate(s.frame[:0], u)
+			}
+		}
 		s.metrics.upBytes.Observe(float64(len(s.frame)))
 		counters := &s.metrics.updDatagram
 		if len(s.frame) > transport.MaxDatagramSize || !sess.conn.DatagramsEnabled() {
@@ -991,7 +1233,7 @@ func (s *Server) publish(tick uint64) {
 		if base == 0 {
 			sent = counters.full
 		}
-		if counters == &s.metrics.updDatagram && !sess.acksHeld.Load() {
+		if counters == &s.metrics.updDatagram && (inState || !sess.acksHeld.Load()) {
 			// SendDatagram copies the frame: s.frame is free again.
 			if err := sess.conn.SendDatagram(s.frame); err != nil {
 				counters.dropped.Inc()

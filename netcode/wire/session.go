@@ -2,6 +2,8 @@ package wire
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"unicode/utf8"
 
 	"github.com/anoptic/broadside/netcode/wire/fb"
@@ -56,6 +58,10 @@ type Hello struct {
 	// kept across its reconnections, so that the server gives a resent
 	// command the same log id (0: none; the connection cannot resume).
 	Session uint64
+	// AcksInState says the client reads acknowledgements inside state
+	// updates (StateUpdate.Acked): the server may send them there instead
+	// of as CommandResults on the stream.
+	AcksInState bool
 }
 
 // Welcome opens a session.
@@ -134,6 +140,72 @@ type StateUpdate struct {
 	BaseTick       uint64
 	LastAppliedSeq uint64
 	Payload        []byte
+	// Acked acknowledges commands of the client (zero: none), for a
+	// client whose Hello set AcksInState. The server repeats each in
+	// every update until the client acknowledges the tick of one that
+	// carried it: a lost datagram is repaired by the next.
+	Acked AckWindow
+}
+
+// AckWindowSize is how many consecutive sequence numbers an AckWindow spans.
+const AckWindowSize = 64
+
+// AckWindow acknowledges up to AckWindowSize commands with consecutive-ish
+// sequence numbers in one state update: bit i of Bits set says command
+// From+i is stored in the log as Status says (AckDurable or
+// AckReplicated), exactly what a CommandResult of that status says. The
+// zero value acknowledges nothing.
+type AckWindow struct {
+	From   uint64
+	Bits   uint64
+	Status AckStatus
+}
+
+// Empty reports whether w acknowledges nothing.
+func (w AckWindow) Empty() bool { return w.Bits == 0 }
+
+// Has reports whether w acknowledges seq.
+func (w AckWindow) Has(seq uint64) bool {
+	return w.Bits != 0 && seq >= w.From && seq-w.From < AckWindowSize && w.Bits&(1<<(seq-w.From)) != 0
+}
+
+// Add sets seq in w and reports whether it fits (From is set by the first
+// seq added to an empty window; seq must be in [From, From+64)).
+func (w *AckWindow) Add(seq uint64) bool {
+	if w.Bits == 0 {
+		w.From = seq
+	}
+	if seq < w.From || seq-w.From >= AckWindowSize {
+		return false
+	}
+	w.Bits |= 1 << (seq - w.From)
+	return true
+}
+
+// Results appends to dst the CommandResults w stands for, in sequence order.
+func (w AckWindow) Results(dst []CommandResult) []CommandResult {
+	for b := w.Bits; b != 0; b &= b - 1 {
+		dst = append(dst, CommandResult{Seq: w.From + uint64(bits.TrailingZeros64(b)), Status: w.Status})
+	}
+	return dst
+}
+
+// valid checks a decoded window: empty and all zero, or a stored status
+// and a range of positive sequence numbers that does not wrap.
+func (w AckWindow) valid() error {
+	if w.Bits == 0 {
+		if w.From != 0 || w.Status != 0 {
+			return fmt.Errorf("wire: StateUpdate: empty ack window from %d, status %d: %w", w.From, w.Status, ErrMalformed)
+		}
+		return nil
+	}
+	if !w.Status.Stored() {
+		return fmt.Errorf("wire: StateUpdate: ack window status %d: %w", w.Status, ErrMalformed)
+	}
+	if w.From == 0 || w.From > math.MaxUint64-(AckWindowSize-1) {
+		return fmt.Errorf("wire: StateUpdate: ack window from %d: %w", w.From, ErrMalformed)
+	}
+	return nil
 }
 
 // StateAck tells the server the client holds the state of Tick.
@@ -166,6 +238,7 @@ func EncodeSession(dst []byte, m SessionMessage) []byte {
 		fb.HelloAddProtocol(b, m.Protocol)
 		fb.HelloAddSpectator(b, m.Spectator)
 		fb.HelloAddSession(b, m.Session)
+		fb.HelloAddAcksInState(b, m.AcksInState)
 		body = fb.HelloEnd(b)
 	case Welcome:
 		name := b.CreateString(m.Player)
@@ -235,6 +308,9 @@ func buildStateUpdate(b *flatbuffers.Builder, m StateUpdate) flatbuffers.UOffset
 	fb.StateUpdateAddBaseTick(b, m.BaseTick)
 	fb.StateUpdateAddLastAppliedSeq(b, m.LastAppliedSeq)
 	fb.StateUpdateAddPayload(b, payload)
+	fb.StateUpdateAddAckedFrom(b, m.Acked.From)
+	fb.StateUpdateAddAcked(b, m.Acked.Bits)
+	fb.StateUpdateAddAckedStatus(b, fb.AckStatus(m.Acked.Status))
 	return fb.StateUpdateEnd(b)
 }
 
@@ -265,13 +341,13 @@ func VerifySession(buf []byte) error {
 	case fb.SessionBodyNONE:
 		err = fmt.Errorf("SessionFrame: field 1: no body: %w", ErrMalformed)
 	case fb.SessionBodyHello:
-		err = firstError(stringField(t, 0), t.Field(1, 2, 2), t.Field(2, 1, 1), t.Field(3, 8, 8))
+		err = firstError(stringField(t, 0), t.Field(1, 2, 2), t.Field(2, 1, 1), t.Field(3, 8, 8), t.Field(4, 1, 1))
 	case fb.SessionBodyWelcome:
 		err = firstError(t.Field(0, 4, 4), stringField(t, 1), t.Field(2, 8, 8), t.Field(3, 2, 2), t.Field(4, 4, 4), vector(t, 5, 1))
 	case fb.SessionBodyCommandAck:
 		err = firstError(t.Field(0, 8, 8), t.Field(1, 1, 1))
 	case fb.SessionBodyStateUpdate:
-		err = firstError(t.Field(0, 8, 8), t.Field(1, 8, 8), t.Field(2, 8, 8), vector(t, 3, 1))
+		err = firstError(t.Field(0, 8, 8), t.Field(1, 8, 8), t.Field(2, 8, 8), vector(t, 3, 1), t.Field(4, 8, 8), t.Field(5, 8, 8), t.Field(6, 1, 1))
 	case fb.SessionBodyGoodbye:
 		err = firstError(t.Field(0, 8, 8), stringField(t, 1))
 	case fb.SessionBodyStateAck:
@@ -315,7 +391,7 @@ func DecodeSession(b []byte) (SessionMessage, error) {
 		var x fb.Hello
 		x.Init(tab.Bytes, tab.Pos)
 		tok, err := str(x.Token())
-		return Hello{Token: tok, Protocol: x.Protocol(), Spectator: x.Spectator(), Session: x.Session()}, err
+		return Hello{Token: tok, Protocol: x.Protocol(), Spectator: x.Spectator(), Session: x.Session(), AcksInState: x.AcksInState()}, err
 	case fb.SessionBodyWelcome:
 		var x fb.Welcome
 		x.Init(tab.Bytes, tab.Pos)
@@ -339,7 +415,11 @@ func DecodeSession(b []byte) (SessionMessage, error) {
 	case fb.SessionBodyStateUpdate:
 		var x fb.StateUpdate
 		x.Init(tab.Bytes, tab.Pos)
-		u := StateUpdate{Tick: x.Tick(), BaseTick: x.BaseTick(), LastAppliedSeq: x.LastAppliedSeq()}
+		u := StateUpdate{Tick: x.Tick(), BaseTick: x.BaseTick(), LastAppliedSeq: x.LastAppliedSeq(),
+			Acked: AckWindow{From: x.AckedFrom(), Bits: x.Acked(), Status: AckStatus(x.AckedStatus())}}
+		if err := u.Acked.valid(); err != nil {
+			return nil, err
+		}
 		if p := x.PayloadBytes(); len(p) > 0 {
 			u.Payload = append([]byte(nil), p...)
 		}

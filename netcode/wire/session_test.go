@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -11,6 +12,7 @@ var sessionSamples = []SessionMessage{
 	Hello{Token: "v1.abc.def", Protocol: 1},
 	Hello{Token: "", Spectator: true},
 	Hello{Token: "v1.abc.def", Protocol: 1, Session: 0xfeedface12345678},
+	Hello{Token: "v1.abc.def", Protocol: 1, Session: 9, AcksInState: true},
 	Welcome{PlayerID: 7, Player: "ada", Tick: 99, TickRate: 30, MaxCommandRate: 60},
 	Welcome{PlayerID: 8, Player: "bo", TickRate: 30, World: []byte{1, 2, 3}},
 	CommandResult{Seq: 12, Status: AckDurable},
@@ -19,6 +21,8 @@ var sessionSamples = []SessionMessage{
 	CommandResult{Seq: 15, Status: AckInvalid},
 	StateUpdate{Tick: 100, BaseTick: 98, LastAppliedSeq: 12, Payload: []byte{1, 2, 3}},
 	StateUpdate{Tick: 1},
+	StateUpdate{Tick: 101, BaseTick: 98, LastAppliedSeq: 12, Payload: []byte{4}, Acked: AckWindow{From: 13, Bits: 0b1011, Status: AckDurable}},
+	StateUpdate{Tick: 102, Acked: AckWindow{From: math.MaxUint64 - 63, Bits: 1 << 63, Status: AckReplicated}},
 	Goodbye{Code: 0x103, Reason: "rate limited"},
 	StateAck{Tick: 12345},
 }
@@ -151,4 +155,49 @@ func BenchmarkAppendStateUpdate(b *testing.B) {
 			dst = AppendStateUpdate(dst[:0], u)
 		}
 	})
+}
+
+// TestAckWindow: Add, Has and Results agree, the window spans 64 numbers
+// from its first, and DecodeSession refuses windows that claim what no
+// acknowledgement can (a refusal's status, seq 0, a wrapping range, an
+// empty window with a start or a status).
+func TestAckWindow(t *testing.T) {
+	var w AckWindow
+	if !w.Empty() || w.Has(0) || w.Has(1) {
+		t.Fatalf("zero window: %+v", w)
+	}
+	w.Status = AckDurable
+	for _, seq := range []uint64{10, 12, 73} {
+		if !w.Add(seq) {
+			t.Fatalf("add %d to %+v", seq, w)
+		}
+	}
+	if w.Add(9) || w.Add(74) {
+		t.Fatalf("added outside [10, 74): %+v", w)
+	}
+	for seq := uint64(0); seq < 200; seq++ {
+		if want := seq == 10 || seq == 12 || seq == 73; w.Has(seq) != want {
+			t.Fatalf("Has(%d) = %v in %+v", seq, !want, w)
+		}
+	}
+	got := w.Results(nil)
+	want := []CommandResult{{10, AckDurable}, {12, AckDurable}, {73, AckDurable}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("results %+v", got)
+	}
+	for _, bad := range []AckWindow{
+		{From: 5, Bits: 1, Status: AckBusy},
+		{From: 5, Bits: 1, Status: AckRateLimited},
+		{From: 5, Bits: 1, Status: AckInvalid},
+		{From: 0, Bits: 1, Status: AckDurable},
+		{From: math.MaxUint64 - 62, Bits: 1, Status: AckDurable},
+		{From: 5, Bits: 0, Status: 0},
+		{From: 0, Bits: 0, Status: AckReplicated},
+		{From: 5, Bits: 1, Status: 9},
+	} {
+		b := EncodeSession(nil, StateUpdate{Tick: 3, Acked: bad})
+		if m, err := DecodeSession(b); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("window %+v decoded: %+v, %v", bad, m, err)
+		}
+	}
 }

@@ -77,8 +77,20 @@ func (rcv *Hello) MutateSession(n uint64) bool {
 	return rcv._tab.MutateUint64Slot(10, n)
 }
 
+func (rcv *Hello) AcksInState() bool {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(12))
+	if o != 0 {
+		return rcv._tab.GetBool(o + rcv._tab.Pos)
+	}
+	return false
+}
+
+func (rcv *Hello) MutateAcksInState(n bool) bool {
+	return rcv._tab.MutateBoolSlot(12, n)
+}
+
 func HelloStart(builder *flatbuffers.Builder) {
-	builder.StartObject(4)
+	builder.StartObject(5)
 }
 func HelloAddToken(builder *flatbuffers.Builder, token flatbuffers.UOffsetT) {
 	builder.PrependUOffsetTSlot(0, flatbuffers.UOffsetT(token), 0)
@@ -91,6 +103,9 @@ func HelloAddSpectator(builder *flatbuffers.Builder, spectator bool) {
 }
 func HelloAddSession(builder *flatbuffers.Builder, session uint64) {
 	builder.PrependUint64Slot(3, session, 0)
+}
+func HelloAddAcksInState(builder *flatbuffers.Builder, acksInState bool) {
+	builder.PrependBoolSlot(4, acksInState, false)
 }
 func HelloEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

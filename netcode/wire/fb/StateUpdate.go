@@ -103,8 +103,44 @@ func (rcv *StateUpdate) MutatePayload(j int, n byte) bool {
 	return false
 }
 
+func (rcv *StateUpdate) AckedFrom() uint64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(12))
+	if o != 0 {
+		return rcv._tab.GetUint64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *StateUpdate) MutateAckedFrom(n uint64) bool {
+	return rcv._tab.MutateUint64Slot(12, n)
+}
+
+func (rcv *StateUpdate) Acked() uint64 {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(14))
+	if o != 0 {
+		return rcv._tab.GetUint64(o + rcv._tab.Pos)
+	}
+	return 0
+}
+
+func (rcv *StateUpdate) MutateAcked(n uint64) bool {
+	return rcv._tab.MutateUint64Slot(14, n)
+}
+
+func (rcv *StateUpdate) AckedStatus() AckStatus {
+	o := flatbuffers.UOffsetT(rcv._tab.Offset(16))
+	if o != 0 {
+		return AckStatus(rcv._tab.GetByte(o + rcv._tab.Pos))
+	}
+	return 0
+}
+
+func (rcv *StateUpdate) MutateAckedStatus(n AckStatus) bool {
+	return rcv._tab.MutateByteSlot(16, byte(n))
+}
+
 func StateUpdateStart(builder *flatbuffers.Builder) {
-	builder.StartObject(4)
+	builder.StartObject(7)
 }
 func StateUpdateAddTick(builder *flatbuffers.Builder, tick uint64) {
 	builder.PrependUint64Slot(0, tick, 0)
@@ -120,6 +156,15 @@ func StateUpdateAddPayload(builder *flatbuffers.Builder, payload flatbuffers.UOf
 }
 func StateUpdateStartPayloadVector(builder *flatbuffers.Builder, numElems int) flatbuffers.UOffsetT {
 	return builder.StartVector(1, numElems, 1)
+}
+func StateUpdateAddAckedFrom(builder *flatbuffers.Builder, ackedFrom uint64) {
+	builder.PrependUint64Slot(4, ackedFrom, 0)
+}
+func StateUpdateAddAcked(builder *flatbuffers.Builder, acked uint64) {
+	builder.PrependUint64Slot(5, acked, 0)
+}
+func StateUpdateAddAckedStatus(builder *flatbuffers.Builder, ackedStatus AckStatus) {
+	builder.PrependByteSlot(6, byte(ackedStatus), 0)
 }
 func StateUpdateEnd(builder *flatbuffers.Builder) flatbuffers.UOffsetT {
 	return builder.EndObject()

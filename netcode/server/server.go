@@ -955,13 +955,16 @@ func (sess *session) writeState(ctx context.Context, hold time.Duration, due fun
 			sess.recycle(f.b)
 		case f := <-sess.dgramOut:
 			// The datagram first: QUIC packs the acknowledgements written
-			// right after into its packet while it has not sent it yet.
+			// right after into its packet while it has not sent it yet
+			// (with acksInState they are inside it already).
 			if sendErr := sess.conn.SendDatagram(f.b); sendErr != nil {
 				f.dropped.Inc()
 			} else {
 				f.sent.Inc()
 			}
-			flush()
+			if !sess.acksInState {
+				flush()
+			}
 			sess.recycleDatagram(f.b)
 		case <-sess.resReady:
 			if hold <= 0 || !held && !due(hold) {
@@ -1233,18 +1236,13 @@ func (s *Server) publish(tick uint64) {
 		if base == 0 {
 			sent = counters.full
 		}
-		if counters == &s.metrics.updDatagram && (inState || !sess.acksHeld.Load()) {
-			// SendDatagram copies the frame: s.frame is free again.
-			if err := sess.conn.SendDatagram(s.frame); err != nil {
-				counters.dropped.Inc()
-				continue
-			}
-			sent.Inc()
-			continue
-		}
-		// The writer owns a frame handed to it until it gives its buffer
-		// back: a datagram while acknowledgements wait for it, or an
-		// update for the stream.
+		// The session's writer sends it: quic-go's SendDatagram waits
+		// while the connection's queue (32) is full, which a player whose
+		// downlink died (no acknowledgements: the congestion window stays
+		// full) keeps it until the connection ends; here that would stop
+		// every other player's updates. The writer owns a frame handed to
+		// it until it gives its buffer back; a newer one replaces a frame
+		// it has not taken yet (dropped).
 		out, free, recycle := sess.stateOut, sess.stateFree, sess.recycle
 		if counters == &s.metrics.updDatagram {
 			out, free, recycle = sess.dgramOut, sess.dgramFree, sess.recycleDatagram

@@ -2,65 +2,12 @@ package server
 
 import (
 	"context"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/anoptic/broadside/internal/udpproxy"
 	"github.com/anoptic/broadside/netcode/client"
 )
-
-// downlinkProxy relays one client's UDP packets to a server and the
-// server's back, until silent is set: then the server's packets are
-// dropped, as on a player's dead downlink (the client still sends, so its
-// connection never goes idle on the server).
-type downlinkProxy struct {
-	ln, up *net.UDPConn
-	silent atomic.Bool
-}
-
-func newDownlinkProxy(t *testing.T, server string) *downlinkProxy {
-	t.Helper()
-	ln, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raddr, err := net.ResolveUDPAddr("udp", server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	up, err := net.DialUDP("udp", nil, raddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &downlinkProxy{ln: ln, up: up}
-	var client atomic.Pointer[net.UDPAddr]
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			n, from, err := ln.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			client.Store(from)
-			up.Write(buf[:n])
-		}
-	}()
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := up.Read(buf)
-			if err != nil {
-				return
-			}
-			if to := client.Load(); to != nil && !p.silent.Load() {
-				ln.WriteToUDP(buf[:n], to)
-			}
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); up.Close() })
-	return p
-}
 
 // TestSilentDownlinkDoesNotStallPublish: a player whose downlink goes
 // dead stops acknowledging the server's packets, so its connection's
@@ -69,10 +16,14 @@ func newDownlinkProxy(t *testing.T, server string) *downlinkProxy {
 // wait for it: every other player keeps getting its updates.
 func TestSilentDownlinkDoesNotStallPublish(t *testing.T) {
 	ts := startServerWith(t, Config{State: &fakeState{size: 1000}})
-	proxy := newDownlinkProxy(t, ts.srv.Addr())
+	proxy, err := udpproxy.New(ts.srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	silent, err := client.Dial(ctx, client.Config{Addr: proxy.ln.LocalAddr().String(), TLS: ts.client, Token: ts.token(t, "mute", 8, time.Hour)})
+	silent, err := client.Dial(ctx, client.Config{Addr: proxy.Addr(), TLS: ts.client, Token: ts.token(t, "mute", 8, time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +35,7 @@ func TestSilentDownlinkDoesNotStallPublish(t *testing.T) {
 	defer good.Close()
 	waitSessions(t, ts.srv, 2)
 	publishUntil(t, ts.srv, silent, 1)
-	proxy.silent.Store(true)
+	proxy.SetSilent(true)
 
 	// 300 ticks at 200 Hz: far more than the silent connection's window
 	// and queue hold.

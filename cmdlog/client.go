@@ -171,26 +171,36 @@ func (c *Client) call(ctx context.Context, r request) (result, error) {
 	if r.kind == clientcore.CompleteAppend && len(r.data) > clientcore.MaxRecordSize {
 		return result{}, ErrTooLarge
 	}
-	r.reply = make(chan result, 1)
+	r.reply = replyChans.Get().(chan result)
 	r.start = time.Now()
 	if !c.stepInline(r) {
 		select {
 		case c.reqs <- r:
 		case <-ctx.Done():
+			replyChans.Put(r.reply) // never handed to the client
 			return result{}, ctx.Err()
 		case <-c.done:
+			replyChans.Put(r.reply)
 			return result{}, ErrClosed
 		}
 	}
 	select {
 	case res := <-r.reply:
+		// The client sends one result per request: the channel is empty
+		// and nobody else holds it.
+		replyChans.Put(r.reply)
 		return res, res.err
 	case <-ctx.Done():
-		return result{}, ctx.Err()
+		return result{}, ctx.Err() // the reply may still come: not reused
 	case <-c.done:
 		return result{}, ErrClosed
 	}
 }
+
+// replyChans recycles the reply channels of synchronous calls (one
+// allocation per call otherwise). A channel goes back only once its one
+// result was received, or when the request never reached the client.
+var replyChans = sync.Pool{New: func() any { return make(chan result, 1) }}
 
 // Append appends a copy of data and returns when it is durable (acknowledged by every
 // sequencing replica of the view). If ctx ends first, the append may still
@@ -322,7 +332,12 @@ func (c *Client) loop(ctx context.Context) {
 	core := clientcore.New(clientcore.Config{ID: c.cfg.ID, ClientID: c.cfg.ClientID, Layout: c.cfg.Layout,
 		RetryTicks: c.cfg.RetryTicks, AppendRetryTicks: c.cfg.AppendRetryTicks})
 	proxy := coordProxy{c: c.cfg.Coordinator}
-	appends := make(map[msg.RecordID][]request)
+	// appends holds each pending append's request; the rare further
+	// requests with the same id (AppendWithID called again while the
+	// first is pending) wait in moreAppends, so the common case costs no
+	// slice per append.
+	appends := make(map[msg.RecordID]request)
+	moreAppends := make(map[msg.RecordID][]request)
 	reads := make(map[uint64]request)
 	tick := c.cfg.Timing.Tick
 	if tick <= 0 {
@@ -337,7 +352,11 @@ func (c *Client) loop(ctx context.Context) {
 			} else {
 				id = core.Append(r.data)
 			}
-			appends[id] = append(appends[id], r)
+			if _, dup := appends[id]; dup {
+				moreAppends[id] = append(moreAppends[id], r)
+			} else {
+				appends[id] = r
+			}
 		case clientcore.CompleteRead:
 			reads[core.Read(r.from, r.max)] = r
 		case clientcore.CompleteTail:
@@ -359,17 +378,26 @@ func (c *Client) loop(ctx context.Context) {
 		for _, cp := range rd.Completions {
 			switch cp.Kind {
 			case clientcore.CompleteAppend:
-				for _, r := range appends[cp.ID] {
+				finish := func(r request) {
 					if cp.Unknown {
 						r.finish(result{err: ErrOutcomeUnknown})
-						continue
+						return
 					}
 					if c.cfg.OnAppendLatency != nil {
 						c.cfg.OnAppendLatency(now.Sub(r.start))
 					}
 					r.finish(result{})
 				}
-				delete(appends, cp.ID)
+				if r, ok := appends[cp.ID]; ok {
+					delete(appends, cp.ID)
+					finish(r)
+				}
+				if rs, ok := moreAppends[cp.ID]; ok {
+					delete(moreAppends, cp.ID)
+					for _, r := range rs {
+						finish(r)
+					}
+				}
 			case clientcore.CompleteRead:
 				r, ok := reads[cp.ReqID]
 				if !ok {
@@ -403,7 +431,10 @@ func (c *Client) loop(ctx context.Context) {
 	c.coreMu.Lock()
 	defer c.coreMu.Unlock()
 	c.submit, c.ready = nil, nil
-	for _, rs := range appends {
+	for _, r := range appends {
+		r.finish(result{err: ErrClosed})
+	}
+	for _, rs := range moreAppends {
 		for _, r := range rs {
 			r.finish(result{err: ErrClosed})
 		}

@@ -484,8 +484,12 @@ func (c *Client) sendBatch(batch []*pendingAppend, to []msg.NodeID) {
 		recs[i] = p.rec
 	}
 	floors := c.floors(batch)
+	// One boxed message shared by every replica's envelope (messages are
+	// values nobody changes), and room for them at once.
+	var am msg.Message = msg.Append{View: c.view.Number, Records: recs, Floors: floors}
+	c.ready.Messages = slices.Grow(c.ready.Messages, len(to))
 	for _, m := range to {
-		c.send(m, msg.Append{View: c.view.Number, Records: recs, Floors: floors})
+		c.send(m, am)
 	}
 }
 

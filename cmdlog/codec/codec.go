@@ -31,6 +31,7 @@
 package codec
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -152,6 +153,23 @@ func Encode(dst []byte, m msg.Message) []byte {
 // without copying it out of the encoder first; the bytes are valid only
 // during the call. It returns write's error.
 func EncodeTo(m msg.Message, write func([]byte) error) error {
+	return encodeTo(m, false, write)
+}
+
+// FrameHeader is the length of the header EncodeFramed puts before an
+// encoding: its length, 4 bytes big-endian (netcode/transport's frames).
+const FrameHeader = 4
+
+// EncodeFramed is EncodeTo for a writer of whole frames: write gets the
+// encoding preceded by its length (FrameHeader bytes, big-endian), the
+// frame a transport.Stream reads, built in the encoder's own buffer
+// (FlatBuffers builds back to front, so the header fits in front of the
+// encoding without a copy).
+func EncodeFramed(m msg.Message, write func(frame []byte) error) error {
+	return encodeTo(m, true, write)
+}
+
+func encodeTo(m msg.Message, framed bool, write func([]byte) error) error {
 	if err := CheckLimits(m); err != nil {
 		return err
 	}
@@ -164,10 +182,18 @@ func EncodeTo(m msg.Message, write func([]byte) error) error {
 	fb.FrameAddBodyType(b, typ)
 	b.FinishWithFileIdentifier(fb.FrameEnd(b), frameIdent)
 	var err error
-	if out := b.FinishedBytes(); len(out) > MaxMessageSize {
+	switch out := b.FinishedBytes(); {
+	case len(out) > MaxMessageSize:
 		err = fmt.Errorf("codec: %s encodes to %d bytes, over MaxMessageSize: %w", m.Kind(), len(out), ErrTooLarge)
-	} else {
+	case !framed:
 		err = write(out)
+	case b.Head() >= FrameHeader:
+		frame := b.Bytes[b.Head()-FrameHeader:]
+		binary.BigEndian.PutUint32(frame, uint32(len(out)))
+		err = write(frame)
+	default: // no room in front (the builder's buffer is exactly full)
+		frame := binary.BigEndian.AppendUint32(make([]byte, 0, FrameHeader+len(out)), uint32(len(out)))
+		err = write(append(frame, out...))
 	}
 	if cap(b.Bytes) <= maxPooledBuilder && cap(e.offs) <= MaxItems {
 		e.offs = e.offs[:0]

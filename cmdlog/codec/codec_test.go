@@ -2,11 +2,13 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -651,5 +653,25 @@ func TestEncodeToRefusesWhatDecodeRejects(t *testing.T) {
 	ok := msg.StartView{View: msg.ViewRecord{Number: 2, Members: []msg.NodeID{1}, Leader: 1, Dedup: marks[:MaxItems]}}
 	if err := EncodeTo(ok, func([]byte) error { return nil }); err != nil {
 		t.Fatalf("EncodeTo at the limit: %v", err)
+	}
+}
+
+// TestEncodeFramed: the frame EncodeFramed writes is the encoding's length
+// (4 bytes, big-endian) and then exactly what Encode gives, for every kind
+// and for sizes around the builder's buffer growth.
+func TestEncodeFramed(t *testing.T) {
+	cases := slices.Clone(roundTripCases)
+	for n := 900; n < 1100; n += 7 {
+		cases = append(cases, msg.Append{View: 1, Records: recs(1, n)})
+	}
+	for _, m := range cases {
+		want := Encode(nil, m)
+		var got []byte
+		if err := EncodeFramed(m, func(frame []byte) error { got = slices.Clone(frame); return nil }); err != nil {
+			t.Fatalf("%s: %v", m.Kind(), err)
+		}
+		if len(got) != FrameHeader+len(want) || binary.BigEndian.Uint32(got) != uint32(len(want)) || !bytes.Equal(got[FrameHeader:], want) {
+			t.Fatalf("%s: frame of %d bytes, header %x; want %d bytes of encoding behind its length", m.Kind(), len(got), got[:min(len(got), FrameHeader)], len(want))
+		}
 	}
 }

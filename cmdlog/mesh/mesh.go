@@ -171,11 +171,9 @@ type link struct {
 	// inline (Send on an idle link) or the writer goroutine (woken by
 	// wake). The owner writes until queue is empty, then clears it.
 	writing bool
-	// frame is the inline writer's encoding buffer (owned with writing).
-	frame  []byte
-	wake   chan struct{}
-	closed chan struct{}
-	once   sync.Once
+	wake    chan struct{}
+	closed  chan struct{}
+	once    sync.Once
 }
 
 // New opens the node's endpoint and starts accepting links.
@@ -360,17 +358,14 @@ func (m *Mesh) sendOn(l *link, mm msg.Message) bool {
 	l.writing = true
 	l.mu.Unlock()
 
-	err := codec.EncodeTo(mm, func(b []byte) error {
-		if err := checkFrame(b); err != nil {
+	// The frame (length and encoding) is built in the encoder's buffer
+	// and copied once, by QUIC.
+	err := codec.EncodeFramed(mm, func(frame []byte) error {
+		if err := checkFrame(frame[codec.FrameHeader:]); err != nil {
 			return err
 		}
-		l.frame = binary.BigEndian.AppendUint32(l.frame[:0], uint32(len(b)))
-		l.frame = append(l.frame, b...)
-		return l.st.QUIC().TryWriteAll(l.frame)
+		return l.st.QUIC().TryWriteAll(frame)
 	})
-	if cap(l.frame) > inlineMax {
-		l.frame = nil
-	}
 	l.mu.Lock()
 	switch {
 	case errors.Is(err, quic.ErrWouldBlock):

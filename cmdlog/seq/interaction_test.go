@@ -15,7 +15,9 @@ package seq_test
 // Commands:
 //
 //	bootstrap replicas=3 shards=2 [stripe=N] [durability=fsync] [batch=N] [suspect=N] [checkpoint=N] [held=BYTES]
-//	          [clients=N] [window=N] [lease=N]
+//	          [clients=N] [window=N] [lease=N] [order-delay=N]
+//	                                     (order-delay: Config.OrderDelayTicks; default: -1, order at once, in
+//	                                     memory durability, the default in fsync)
 //	                                     (clients, window, lease: Config.MaxClients, DedupWindow, LeaseViews)
 //	                                     (checkpoint: Config.CheckpointRecords; default: none in a script;
 //	                                     a replica's WAL drops what precedes a checkpoint, as cmdlog/wal does)
@@ -234,6 +236,15 @@ func (h *harness) bootstrap(t *testing.T, d *datadriven.TestData) {
 		if v == "fsync" {
 			h.cfg.Durability = seq.Fsync
 		}
+	}
+	// order-delay=N sets Config.OrderDelayTicks; without it a script in
+	// memory durability orders at once (what most scripts trace), one in
+	// fsync durability has the default.
+	switch {
+	case d.HasArg("order-delay"):
+		h.cfg.OrderDelayTicks = intArg(t, d, "order-delay", 0)
+	case h.cfg.Durability != seq.Fsync:
+		h.cfg.OrderDelayTicks = -1
 	}
 	for _, id := range h.layout.Shards {
 		st := shardstore.NewMemory()

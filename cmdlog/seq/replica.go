@@ -376,20 +376,25 @@ func (r *Replica) Step(env msg.Envelope) {
 	}
 }
 
-func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
-	ids := make([]msg.RecordID, len(m.Records))
-	for i, rec := range m.Records {
+// recordIDs returns the ids of recs, in a slice of their own.
+func recordIDs(recs []msg.Record) []msg.RecordID {
+	ids := make([]msg.RecordID, len(recs))
+	for i, rec := range recs {
 		ids[i] = rec.ID
 	}
+	return ids
+}
+
+func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 	switch {
 	case r.role == RoleNone:
-		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectNoView, IDs: ids})
+		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectNoView, IDs: recordIDs(m.Records)})
 		return
 	case m.View != r.view.Number:
-		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectWrongView, IDs: ids})
+		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectWrongView, IDs: recordIDs(m.Records)})
 		return
 	case r.sealed:
-		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectSealed, IDs: ids})
+		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectSealed, IDs: recordIDs(m.Records)})
 		return
 	}
 	// Records of clients the full dedup table cannot admit are refused
@@ -402,7 +407,7 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 	}
 	if r.busy(recs) {
 		r.busyRejects++
-		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectBusy, IDs: ids})
+		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectBusy, IDs: recordIDs(m.Records)})
 		return
 	}
 	r.noteClient(from)
@@ -416,12 +421,16 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 	if len(raised) > 0 && r.cfg.Durability == Fsync {
 		r.persist(PersistOp{Kind: PersistFloor, Floor: raised})
 	}
-	var added []msg.Record
+	// added counts the records new to the log; in fsync durability they
+	// are also collected for the WAL (in memory durability nothing needs
+	// the list).
+	var added int
+	var persisted []msg.Record
 	var outside []msg.RecordID // not admitted, or beyond their client's window: refused busy
 	if r.assigned == len(r.log) {
 		r.unassignedSince = r.now
 	}
-	acked := ids[:0:0]
+	acked := make([]msg.RecordID, 0, len(m.Records))
 	for _, rec := range m.Records {
 		if shut[rec.ID.Client] || !r.dedup.InWindow(rec.ID, r.cfg.DedupWindow) {
 			outside = append(outside, rec.ID)
@@ -430,11 +439,14 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		acked = append(acked, rec.ID)
 		if r.dedup.AddIn(rec.ID, r.view.Number) {
 			r.log = append(r.log, rec)
-			added = append(added, rec)
+			added++
+			if r.cfg.Durability == Fsync {
+				persisted = append(persisted, rec)
+			}
 		}
 	}
-	if len(added) > 0 && r.cfg.Durability == Fsync {
-		r.persist(PersistOp{Kind: PersistRecords, Records: added})
+	if len(persisted) > 0 {
+		r.persist(PersistOp{Kind: PersistRecords, Records: persisted})
 	}
 	if len(acked) > 0 || len(outside) == 0 {
 		r.send(from, msg.AppendAck{View: r.view.Number, IDs: acked})
@@ -445,7 +457,7 @@ func (r *Replica) onAppend(from msg.NodeID, m msg.Append) {
 		}
 		r.send(from, msg.AppendReject{View: r.view.Number, Reason: msg.RejectBusy, IDs: outside})
 	}
-	if len(added) > 0 && r.pendingGC != nil {
+	if added > 0 && r.pendingGC != nil {
 		gc := *r.pendingGC
 		r.pendingGC = nil
 		r.onGC(r.view.Leader, gc)

@@ -23,19 +23,10 @@ import (
 func TestWriteFailureThenReopen(t *testing.T) {
 	for _, fault := range []error{syscall.ENOSPC, syscall.EIO} {
 		t.Run(fault.Error(), func(t *testing.T) {
-			mem := vfs.NewMem()
 			full := pebbletest.FailingDisk(fault)
-			db, err := Open("db", Options{FS: errorfs.Wrap(mem, full), Logger: slog.New(slog.DiscardHandler), Component: "test"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 100 {
-				if err := db.Set(fmt.Appendf(nil, "k%03d", i), []byte("v"), pebble.Sync); err != nil {
-					t.Fatal(err)
-				}
-			}
+			db := openWithKeys(t, full, 100)
 			full.On()
-			err = db.Set([]byte("lost"), []byte("v"), pebble.Sync)
+			err := db.Set([]byte("lost"), []byte("v"), pebble.Sync)
 			if err == nil || !errors.Is(err, fault) {
 				t.Fatalf("write on a full disk: %v, want an error wrapping %v", err, fault)
 			}
@@ -61,7 +52,6 @@ func TestWriteFailureThenReopen(t *testing.T) {
 // before and accepts new writes. Without the Logger's givenUp the
 // background Fatalf's panic kills the test binary.
 func TestManifestWriteFailureInTheBackground(t *testing.T) {
-	mem := vfs.NewMem()
 	full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.Contains(op.Path, "MANIFEST") &&
 			op.Kind != errorfs.OpRemove && op.Kind != errorfs.OpFileClose && op.Kind != errorfs.OpLock {
@@ -69,15 +59,7 @@ func TestManifestWriteFailureInTheBackground(t *testing.T) {
 		}
 		return nil
 	})}
-	db, err := Open("db", Options{FS: errorfs.Wrap(mem, full), Logger: slog.New(slog.DiscardHandler), Component: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 100 {
-		if err := db.Set(fmt.Appendf(nil, "k%03d", i), []byte("v"), pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db := openWithKeys(t, full, 100)
 	full.On()
 	if _, err := db.AsyncFlush(); err != nil {
 		t.Fatal(err)
@@ -102,6 +84,22 @@ func TestManifestWriteFailureInTheBackground(t *testing.T) {
 		t.Fatalf("reopen after space returned: %v", err)
 	}
 	writeCheckClose(t, db, 100)
+}
+
+// openWithKeys opens a database on a memory disk that faults as inj
+// says, and writes the keys k000 up to k(n-1), synced.
+func openWithKeys(t *testing.T, inj errorfs.Injector, n int) *DB {
+	t.Helper()
+	db, err := Open("db", Options{FS: errorfs.Wrap(vfs.NewMem(), inj), Logger: slog.New(slog.DiscardHandler), Component: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := db.Set(fmt.Appendf(nil, "k%03d", i), []byte("v"), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
 }
 
 // writeCheckClose checks a reopened database: a synced write succeeds,

@@ -887,6 +887,16 @@ func (sess *session) writeState(ctx context.Context, hold time.Duration, due fun
 	timer.Stop()
 	held := false
 	var heldAt int64 // when the hold started (UnixNano; acksInState)
+	// bufferResults queues results on the stream, unflushed.
+	bufferResults := func() {
+		for _, r := range results {
+			if err != nil {
+				break
+			}
+			buf = wire.AppendCommandResult(buf[:0], r)
+			err = sess.st.BufferFrame(buf)
+		}
+	}
 	// buffer queues the acknowledgements waiting on the stream, unflushed,
 	// and returns how many.
 	buffer := func() int {
@@ -895,13 +905,7 @@ func (sess *session) writeState(ctx context.Context, hold time.Duration, due fun
 		results = append(results, sess.spill...)
 		sess.spill = sess.spill[:0]
 		sess.resMu.Unlock()
-		for _, r := range results {
-			if err != nil {
-				break
-			}
-			buf = wire.AppendCommandResult(buf[:0], r)
-			err = sess.st.BufferFrame(buf)
-		}
+		bufferResults()
 		return len(results)
 	}
 	// written releases the slots of n acknowledgements written.
@@ -928,13 +932,7 @@ func (sess *session) writeState(ctx context.Context, hold time.Duration, due fun
 		sess.resMu.Lock()
 		results, sess.spill = append(results[:0], sess.spill...), sess.spill[:0]
 		sess.resMu.Unlock()
-		for _, r := range results {
-			if err != nil {
-				break
-			}
-			buf = wire.AppendCommandResult(buf[:0], r)
-			err = sess.st.BufferFrame(buf)
-		}
+		bufferResults()
 		if err == nil {
 			err = sess.st.Flush()
 		}

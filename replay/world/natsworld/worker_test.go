@@ -215,9 +215,24 @@ func TestWorkersRebalanceAndTakeOver(t *testing.T) {
 		t.Fatal("no sector was handed over to the worker that joined")
 	}
 	// w1 dies: its NATS connection goes (no renewal, no release), then its
-	// goroutines stop.
+	// goroutines stop. What it held then is each sector's newest report
+	// (on a loaded machine w2 may have been handed every sector before).
+	pub.mu.Lock()
+	owner := map[uint32]TakeoverReport{}
+	for _, r := range pub.takeovers {
+		if o, ok := owner[r.Sector]; !ok || r.Epoch > o.Epoch {
+			owner[r.Sector] = r
+		}
+	}
+	pub.mu.Unlock()
 	w1.nc.Close()
 	crashed := time.Now()
+	var w1Held []uint32
+	for sector, r := range owner {
+		if r.Worker == "w1" {
+			w1Held = append(w1Held, sector)
+		}
+	}
 	waitTicks(60, "w1 crash")
 	stop(w1)
 	pub.mu.Lock()
@@ -236,8 +251,25 @@ func TestWorkersRebalanceAndTakeOver(t *testing.T) {
 	for _, r := range tookOver {
 		took[r.Sector] = true
 	}
-	if len(took) == 0 || len(took) > game.Shards {
-		t.Fatalf("w2 took over %d sectors after w1's crash (%d reports; it had been handed %d before)", len(took), len(tookOver), handedOver)
+	if len(took) > game.Shards {
+		t.Fatalf("w2 took over %d sectors after w1's crash, of %d", len(took), game.Shards)
+	}
+	pub.mu.Lock()
+	after := map[uint32]bool{} // w2 holds the sector at an epoch past w1's
+	for _, r := range pub.takeovers {
+		if o := owner[r.Sector]; r.Worker == "w2" && r.Epoch > o.Epoch {
+			after[r.Sector] = true
+		}
+	}
+	pub.mu.Unlock()
+	for _, sector := range w1Held {
+		if !after[sector] {
+			t.Fatalf("w2 did not take over sector %d, which w1 held when it crashed (w1 held %v; w2 took over %d sectors in %d reports; it had been handed %d before)",
+				sector, w1Held, len(took), len(tookOver), handedOver)
+		}
+	}
+	if len(w1Held) == 0 {
+		t.Logf("w1 held no sector when it crashed (w2 had been handed them all): the crash needed no takeover")
 	}
 	for _, r := range tookOver {
 		t.Logf("sector %d taken over %v after the crash (standby %v, restore %v, replay %v, ticks %d to %d)", r.Sector,

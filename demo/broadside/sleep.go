@@ -348,6 +348,19 @@ func rowSpan(x0, x1 int32) (w0, w1 int, m0, m1 uint64) {
 	return w0, w1, m0, m1
 }
 
+// wordMask returns the bits of word j (w0 <= j <= w1) of a span that
+// rowSpan returned.
+func wordMask(j, w0, w1 int, m0, m1 uint64) uint64 {
+	m := ^uint64(0)
+	if j == w0 {
+		m = m0
+	}
+	if j == w1 {
+		m &= m1
+	}
+	return m
+}
+
 // spanMask returns the bits of word j of a row that cells x0..x1 cover.
 func spanMask(x0, x1 int32, j int) uint64 {
 	lo, hi := j<<6, j<<6+63
@@ -371,13 +384,7 @@ func markTwiceRows(one, two *rowBits, b fineBox) {
 	for cy := b.y0; cy <= b.y1; cy++ {
 		k := int(cy) * one.stride
 		for j := w0; j <= w1; j++ {
-			m := ^uint64(0)
-			if j == w0 {
-				m = m0
-			}
-			if j == w1 {
-				m &= m1
-			}
+			m := wordMask(j, w0, w1, m0, m1)
 			two.w[k+j] |= one.w[k+j] & m
 			one.w[k+j] |= m
 		}
@@ -437,13 +444,7 @@ func anyButRows(one, two *rowBits, b, own *fineBox) bool {
 		k := int(cy) * one.stride
 		inOwn := own != nil && cy >= own.y0 && cy <= own.y1
 		for j := w0; j <= w1; j++ {
-			m := ^uint64(0)
-			if j == w0 {
-				m = m0
-			}
-			if j == w1 {
-				m &= m1
-			}
+			m := wordMask(j, w0, w1, m0, m1)
 			hit := one.w[k+j] & m
 			if hit == 0 {
 				continue

@@ -100,7 +100,7 @@ type Scheduler struct {
 	chain     bool    // a chain exists to extend
 	// lost counts the chains lost in a row (a capture taken and then not
 	// stored, e.g. on a full disk): the next full capture waits 2^lost
-	// ticks (at most maxLostBackoff) after the last one, instead of
+	// ticks (at most 2^maxLostBackoff) after the last one, instead of
 	// capturing the whole state again at every tick while the store fails.
 	lost     int
 	chainLen int
@@ -205,8 +205,11 @@ func (s *Scheduler) Taken(tick uint64, full bool, rawBytes int) {
 	s.chainRaw += raw
 }
 
-// maxLostBackoff bounds the wait after lost chains to 2^6 = 64 ticks.
-const maxLostBackoff = 6
+// maxLostBackoff bounds the wait after lost chains to 2^4 = 16 ticks
+// (about half a second at 30 Hz): a full capture at every tick on a
+// failing store is the cost to avoid, and a longer wait would leave a
+// crash that much more log to replay once the store works again.
+const maxLostBackoff = 4
 
 // Broken records that the writer lost the chain: the next capture is full,
 // and after a chain it had is lost, it waits (see lost).

@@ -5,7 +5,7 @@ import "testing"
 // TestSchedulerBacksOffAfterLostChains: when captures are taken and then
 // not stored (a failing store), the scheduler does not capture the whole
 // state again at every tick: the k-th lost chain in a row makes the next
-// full capture wait 2^k ticks (at most 64). Once a chain holds, a later
+// full capture wait 2^k ticks (at most 16). Once a chain holds, a later
 // loss starts again from 2 ticks.
 func TestSchedulerBacksOffAfterLostChains(t *testing.T) {
 	s := NewScheduler(Policy{})
@@ -30,7 +30,7 @@ func TestSchedulerBacksOffAfterLostChains(t *testing.T) {
 		last = tick
 		s.Taken(tick, true, 1000)
 	}
-	want := []uint64{2, 4, 8, 16, 32, 64, 64, 64}
+	want := []uint64{2, 4, 8, 16, 16, 16, 16, 16}
 	for i := range want {
 		if gaps[i] != want[i] {
 			t.Fatalf("gaps between full captures while every store fails: %v, want %v", gaps, want)
@@ -40,7 +40,7 @@ func TestSchedulerBacksOffAfterLostChains(t *testing.T) {
 	// count of losses starts again: after a loss the recapture is at
 	// once (the last capture is more than 2 ticks old), and if that one
 	// is lost too, the next waits 4 ticks.
-	for tick < last+64 {
+	for tick < last+16 {
 		tick++
 	}
 	if take, _ := s.Decide(tick, 100, true); !take {

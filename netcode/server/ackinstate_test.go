@@ -96,14 +96,7 @@ func TestAcksRideInsideState(t *testing.T) {
 	if !sess.acksInState {
 		t.Fatal("the client did not ask for acknowledgements in state")
 	}
-	result := func(within time.Duration) (wire.CommandResult, bool) {
-		select {
-		case r := <-c.Results():
-			return r, true
-		case <-time.After(within):
-			return wire.CommandResult{}, false
-		}
-	}
+	result := func(within time.Duration) (wire.CommandResult, bool) { return resultWithin(c, within) }
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)

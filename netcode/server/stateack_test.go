@@ -117,14 +117,7 @@ func TestAckRidesWithState(t *testing.T) {
 		t.Run(fmt.Sprintf("payload %d bytes", size), func(t *testing.T) {
 			const hold = 2 * time.Second
 			ts, c := stateSession(t, Config{State: &fakeState{size: size}, AckHold: hold, Limits: IntakeLimits{Rate: 100, Burst: 10}})
-			result := func(within time.Duration) (wire.CommandResult, bool) {
-				select {
-				case r := <-c.Results():
-					return r, true
-				case <-time.After(within):
-					return wire.CommandResult{}, false
-				}
-			}
+			result := func(within time.Duration) (wire.CommandResult, bool) { return resultWithin(c, within) }
 
 			// Held until the next update, then with it.
 			seq, err := c.Send(wire.GameCommand{Kind: wire.CommandRudder, Value: 1, Player: 7})
@@ -228,4 +221,15 @@ func stateSession(t *testing.T, cfg Config) (*testServer, *client.Client) {
 	waitSessions(t, ts.srv, 1)
 	publishUntil(t, ts.srv, c, 10)
 	return ts, c
+}
+
+// resultWithin returns c's next command result, or false if none comes
+// within d.
+func resultWithin(c *client.Client, d time.Duration) (wire.CommandResult, bool) {
+	select {
+	case r := <-c.Results():
+		return r, true
+	case <-time.After(d):
+		return wire.CommandResult{}, false
+	}
 }

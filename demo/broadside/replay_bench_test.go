@@ -26,43 +26,53 @@ type tapeTick struct {
 	hashes []uint64 // per sector
 }
 
-var (
-	tapeOnce sync.Once
-	tapeRec  *tape
-)
+// tapes records each tape once per test binary, by its warm-up.
+var tapes = struct {
+	sync.Mutex
+	by map[int]*tape
+}{by: map[int]*tape{}}
 
 // benchTape records 300 ticks of the benchmark world (1,000 ships, about
 // 10,000 cannonballs in the air) after its 300 ticks of warm-up: what bench
 // sim's replay phase replays, without the log.
-func benchTape(t testing.TB) *tape {
+func benchTape(t testing.TB) *tape { return recordTape(t, 300) }
+
+// lateTape records 300 ticks of the same world after 4,500 ticks of
+// warm-up: where bench sim --quick's replay phase starts (its generation
+// is 5,400 ticks, the last 900 replayed). Late in a match the world is
+// heavier to step than benchTape's (more cannonballs, tables that have
+// churned), so this is the tape to profile bench sim's replay_speedup on.
+func lateTape(t testing.TB) *tape { return recordTape(t, 4500) }
+
+func recordTape(t testing.TB, warmup int) *tape {
 	t.Helper()
-	tapeOnce.Do(func() {
-		w := newBotWorld(t, DefaultConfig(), 1000, 1, 0) // as benchWorld
-		for k := 0; k < 300; k++ {
-			w.step(t, nil)
-		}
-		tp := &tape{cfg: DefaultConfig(), start: w.Tick()}
-		for _, s := range w.Sectors() {
-			tp.caps = append(tp.caps, s.Tables().CaptureFull())
-		}
-		for k := 0; k < 300; k++ {
-			in := w.step(t, nil)
-			tt := tapeTick{tick: w.Tick(), cmds: make([]replay.Command, len(in))}
-			for j, c := range in {
-				c.Payload = append([]byte(nil), c.Payload...)
-				tt.cmds[j] = c
-			}
-			for _, s := range w.Sectors() {
-				tt.hashes = append(tt.hashes, s.Hash())
-			}
-			tp.ticks = append(tp.ticks, tt)
-		}
-		tapeRec = tp
-	})
-	if tapeRec == nil {
-		t.Fatal("benchmark tape not recorded")
+	tapes.Lock()
+	defer tapes.Unlock()
+	if tp := tapes.by[warmup]; tp != nil {
+		return tp
 	}
-	return tapeRec
+	w := newBotWorld(t, DefaultConfig(), 1000, 1, 0) // as benchWorld
+	for k := 0; k < warmup; k++ {
+		w.step(t, nil)
+	}
+	tp := &tape{cfg: DefaultConfig(), start: w.Tick()}
+	for _, s := range w.Sectors() {
+		tp.caps = append(tp.caps, s.Tables().CaptureFull())
+	}
+	for k := 0; k < 300; k++ {
+		in := w.step(t, nil)
+		tt := tapeTick{tick: w.Tick(), cmds: make([]replay.Command, len(in))}
+		for j, c := range in {
+			c.Payload = append([]byte(nil), c.Payload...)
+			tt.cmds[j] = c
+		}
+		for _, s := range w.Sectors() {
+			tt.hashes = append(tt.hashes, s.Hash())
+		}
+		tp.ticks = append(tp.ticks, tt)
+	}
+	tapes.by[warmup] = tp
+	return tp
 }
 
 // restoreTape returns the tape's sectors at its start.
@@ -126,8 +136,13 @@ func TestBenchTapeGolden(t *testing.T) {
 // replay. x-realtime-1core is its speed on one core as a multiple of real
 // time (30 ticks/s); bench sim's whole-world replay on 2 cores is at most
 // twice that.
-func BenchmarkSectorReplay(b *testing.B) {
-	tp := benchTape(b)
+func BenchmarkSectorReplay(b *testing.B) { benchReplay(b, benchTape(b)) }
+
+// BenchmarkSectorReplayLate replays lateTape: the world where bench sim
+// --quick measures replay_speedup.
+func BenchmarkSectorReplayLate(b *testing.B) { benchReplay(b, lateTape(b)) }
+
+func benchReplay(b *testing.B, tp *tape) {
 	ticks := 0
 	var cpu time.Duration // the process's CPU time in the loop: less noisy than the wall clock on a loaded machine
 	b.ReportAllocs()

@@ -416,14 +416,13 @@ func (e rowError) Error() string {
 // queues the record for re-hashing. Mut of a slot that is not live is a bug
 // of the caller and panics.
 //
-// Mut inlines: a record already written since the hash was last read is
-// queued for re-hashing and its page is dirty (a capture reads the hash
-// first, so it never clears a page's bit while one of its records is
-// queued), and only the first write of a record takes the call that marks
-// both.
+// A record already written since the hash was last read is queued for
+// re-hashing and its page is dirty (a capture reads the hash first, so it
+// never clears a page's bit while one of its records is queued): Mut tests
+// the record's queued bit and marks both on the first write only.
 func (t *Table) Mut(i int) Record {
 	if !t.Live(i) {
-		panic(mutError{t.id, i}) // small enough for Mut to inline
+		panic(mutError{t.id, i})
 	}
 	w, b := i>>6, uint64(1)<<(uint(i)&63)
 	if t.pendBits[w]&b == 0 {
@@ -443,15 +442,6 @@ type mutError struct {
 
 func (e mutError) Error() string {
 	return fmt.Sprintf("table %d: Mut of slot %d which is not live", e.table, e.i)
-}
-
-// markWritten marks slot i's page dirty and queues the record for
-// re-hashing.
-//
-//go:noinline
-func (t *Table) markWritten(i int) {
-	t.markDirty(i)
-	t.markPending(i)
 }
 
 func (t *Table) markDirty(i int) {

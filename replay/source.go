@@ -71,9 +71,9 @@ func (s *SliceSource) Next(ctx context.Context) (msg.Entry, error) {
 // VerifiedSource is a Source that checks the envelopes of the entries it
 // delivers itself (wire.VerifyEnvelope), once for every runner reading the
 // same entries: LastVerified reports that the entry Next returned last
-// passed, and a Runner then decodes it without verifying it again. (Every
-// shard of a world reads every entry: on a recording's replay the
-// verifier ran once per shard.)
+// passed. (A Runner no longer needs it: its decode verifies in the same
+// pass as it reads the fields, wire.ParseEnvelope, at less than the
+// generated accessors alone cost; a DecodedSource spares even that.)
 type VerifiedSource interface {
 	Source
 	LastVerified() bool

@@ -226,6 +226,7 @@ type RunnerStats struct {
 type Runner struct {
 	cfg     RunnerConfig
 	dsrc    DecodedSource // cfg.Source, if it decodes them too
+	env     wire.Envelope // the entry consume decodes itself
 	sim     Sim
 	set     *table.Set
 	rec     lineage.Recorder
@@ -556,12 +557,13 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 	if e.Record.ID.Client == r.outs.client && e.Record.ID.Seq > r.outs.seen.Load() && r.fences[r.cfg.Shard].Epoch == 0 {
 		r.outs.seen.Store(e.Record.ID.Seq) // an unfenced output of this shard
 	}
-	var env wire.Envelope
-	if d, ok := r.lastDecoded(); ok {
-		env = d
-	} else if err := decodeRecord(e.Record.Data, &env); err != nil {
-		r.malformed.Add(1)
-		return
+	env, ok := r.lastDecoded()
+	if !ok {
+		env = &r.env
+		if err := decodeRecord(e.Record.Data, env); err != nil {
+			r.malformed.Add(1)
+			return
+		}
 	}
 	switch env.Kind {
 	case wire.EnvelopeTick:
@@ -574,7 +576,7 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 		r.commands.Add(1)
 		r.pending = append(r.pending, Command{Pos: e.Pos, Player: env.Player, ClientSeq: env.ClientSeq, Payload: env.Payload})
 	case wire.EnvelopeControl:
-		if isLeaseClaim(&env) {
+		if isLeaseClaim(env) {
 			r.leaseClaim(env.Shard, env.Epoch)
 			return
 		}
@@ -678,9 +680,9 @@ func decodeRecord(b []byte, env *wire.Envelope) error {
 	return nil
 }
 
-func (r *Runner) lastDecoded() (wire.Envelope, bool) {
+func (r *Runner) lastDecoded() (*wire.Envelope, bool) {
 	if r.dsrc == nil {
-		return wire.Envelope{}, false
+		return nil, false
 	}
 	return r.dsrc.LastEnvelope()
 }

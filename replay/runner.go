@@ -14,10 +14,8 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/lineage"
 	"github.com/anoptic/broadside/netcode/wire"
-	"github.com/anoptic/broadside/netcode/wire/fb"
 	"github.com/anoptic/broadside/replay/snapshot"
 	"github.com/anoptic/broadside/replay/table"
-	flatbuffers "github.com/google/flatbuffers/go"
 )
 
 // BroadcastShard is the Shard of a migration envelope addressed to every
@@ -227,8 +225,8 @@ type RunnerStats struct {
 // checkpoint and run to a different end.
 type Runner struct {
 	cfg     RunnerConfig
-	vsrc    VerifiedSource // cfg.Source, if it verifies entries itself
-	dsrc    DecodedSource  // cfg.Source, if it decodes them too
+	dsrc    DecodedSource // cfg.Source, if it decodes them too
+	env     wire.Envelope // the entry consume decodes itself
 	sim     Sim
 	set     *table.Set
 	rec     lineage.Recorder
@@ -307,7 +305,6 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cp:     cfg.Start,
 		pos:    cfg.Start.Pos,
 		outs:   newOutputQueue(OutputClientID(cfg.World, cfg.Shard), cfg.Start.Tick, cfg.Clock),
-		vsrc:   asVerified(cfg.Source),
 		dsrc:   asDecoded(cfg.Source),
 		fences: fenceTableOf(cfg.Start.Fences),
 	}
@@ -560,12 +557,13 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 	if e.Record.ID.Client == r.outs.client && e.Record.ID.Seq > r.outs.seen.Load() && r.fences[r.cfg.Shard].Epoch == 0 {
 		r.outs.seen.Store(e.Record.ID.Seq) // an unfenced output of this shard
 	}
-	var env wire.Envelope
-	if d, ok := r.lastDecoded(); ok {
-		env = d
-	} else if err := decodeRecordVerified(e.Record.Data, &env, r.vsrc != nil && r.vsrc.LastVerified()); err != nil {
-		r.malformed.Add(1)
-		return
+	env, ok := r.lastDecoded()
+	if !ok {
+		env = &r.env
+		if err := decodeRecord(e.Record.Data, env); err != nil {
+			r.malformed.Add(1)
+			return
+		}
 	}
 	switch env.Kind {
 	case wire.EnvelopeTick:
@@ -578,7 +576,7 @@ func (r *Runner) consume(ctx context.Context, e msg.Entry) {
 		r.commands.Add(1)
 		r.pending = append(r.pending, Command{Pos: e.Pos, Player: env.Player, ClientSeq: env.ClientSeq, Payload: env.Payload})
 	case wire.EnvelopeControl:
-		if isLeaseClaim(&env) {
+		if isLeaseClaim(env) {
 			r.leaseClaim(env.Shard, env.Epoch)
 			return
 		}
@@ -661,49 +659,17 @@ func (r *Runner) leaseClaim(shard uint32, epoch uint64) {
 }
 
 // decodeRecord is wire.DecodeEnvelope without the copy of the payload,
-// which aliases b (log entries are never modified): it verifies b
-// (wire.VerifyEnvelope, so no accessor can panic) and reads the fields.
-func decodeRecord(b []byte, env *wire.Envelope) error { return decodeRecordVerified(b, env, false) }
-
-func (r *Runner) lastDecoded() (wire.Envelope, bool) {
-	if r.dsrc == nil {
-		return wire.Envelope{}, false
-	}
-	return r.dsrc.LastEnvelope()
-}
-
-func asVerified(s Source) VerifiedSource {
-	v, _ := s.(VerifiedSource)
-	return v
-}
-
-func asDecoded(s Source) DecodedSource {
-	d, _ := s.(DecodedSource)
-	return d
-}
-
-// decodeRecordVerified is decodeRecord, skipping the verifier when the
-// source already verified b (VerifiedSource).
-func decodeRecordVerified(b []byte, env *wire.Envelope, verified bool) error {
+// which aliases b (log entries are never modified): it verifies b and
+// reads the fields in one pass (wire.ParseEnvelope, which accepts exactly
+// what wire.VerifyEnvelope does, so no accessor can panic). That pass
+// costs less than the generated accessors alone, so an entry its source
+// already verified (VerifiedSource) is decoded the same way.
+func decodeRecord(b []byte, env *wire.Envelope) error {
 	if len(b) > wire.MaxEnvelopeSize {
 		return fmt.Errorf("replay: record of %d bytes: %w", len(b), wire.ErrMalformed)
 	}
-	if !verified {
-		if err := wire.VerifyEnvelope(b); err != nil {
-			return err
-		}
-	}
-	var t fb.Envelope
-	t.Init(b, flatbuffers.GetUOffsetT(b))
-	*env = wire.Envelope{
-		Kind:      wire.EnvelopeKind(t.Kind()),
-		Tick:      t.Tick(),
-		Player:    t.Player(),
-		ClientSeq: t.ClientSeq(),
-		Shard:     t.Shard(),
-		Payload:   t.PayloadBytes(),
-		Epoch:     t.Epoch(),
-		Source:    t.Source(),
+	if err := wire.ParseEnvelope(b, env); err != nil {
+		return err
 	}
 	if !env.Kind.Valid() {
 		return fmt.Errorf("replay: record kind %d: %w", env.Kind, wire.ErrMalformed)
@@ -712,6 +678,18 @@ func decodeRecordVerified(b []byte, env *wire.Envelope, verified bool) error {
 		env.Payload = nil
 	}
 	return nil
+}
+
+func (r *Runner) lastDecoded() (*wire.Envelope, bool) {
+	if r.dsrc == nil {
+		return nil, false
+	}
+	return r.dsrc.LastEnvelope()
+}
+
+func asDecoded(s Source) DecodedSource {
+	d, _ := s.(DecodedSource)
+	return d
 }
 
 // tickMarker steps the sim for TICK(n) at position pos.

@@ -735,7 +735,7 @@ type entrySource struct {
 const envelopeSize = 88
 
 // LastEnvelope implements replay.DecodedSource.
-func (s *entrySource) LastEnvelope() (wire.Envelope, bool) { return s.env, s.last }
+func (s *entrySource) LastEnvelope() (*wire.Envelope, bool) { return &s.env, s.last }
 
 // LastVerified implements replay.VerifiedSource: the entry Next returned
 // last was verified when its chunk was decoded.

@@ -229,12 +229,13 @@ func (t *Table) rebuild(full *Capture, deltas []*Capture) (*Table, error) {
 	}
 	n := &Table{
 		id: t.id, recSize: t.recSize, perPage: t.perPage,
-		pageShift: t.pageShift, pageMask: t.pageMask, maxRecs: t.maxRecs,
+		pageShift: t.pageShift, maxRecs: t.maxRecs,
 		policy: t.policy, cursor: int(last.Cursor),
 	}
 	npages := int(last.Slots) / t.perPage
 	pageBytes := t.PageBytes()
 	backing := make([]byte, npages*pageBytes)
+	n.data = backing
 	n.pages = make([][]byte, npages)
 	for pg := range n.pages {
 		n.pages[pg] = backing[pg*pageBytes : (pg+1)*pageBytes : (pg+1)*pageBytes]

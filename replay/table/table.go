@@ -88,11 +88,15 @@ type Table struct {
 	recSize   int
 	perPage   int
 	pageShift uint
-	pageMask  int
 	maxRecs   int
 	policy    Policy
 
-	pages [][]byte // each perPage*recSize bytes
+	// data holds every slot's record, slot i at i*recSize: one slice, so
+	// that reaching a record is a multiply and one bounds check. pages are
+	// its pages (views of data, for captures). Growing past data's
+	// capacity moves it (Records are valid until the table grows).
+	data  []byte
+	pages [][]byte // each perPage*recSize bytes, views of data
 	slots int      // len(pages) * perPage
 	live  []uint64 // occupancy bitmap, ceil(slots/64) words
 	count int      // live records
@@ -145,7 +149,6 @@ func New(id uint32, recordSize int, opts Options) (*Table, error) {
 		recSize:   recordSize,
 		perPage:   per,
 		pageShift: uint(bits.TrailingZeros(uint(per))),
-		pageMask:  per - 1,
 		maxRecs:   maxRecs,
 		policy:    opts.Policy,
 	}
@@ -329,7 +332,22 @@ func (t *Table) lowestFree() int {
 
 // grow adds one zeroed page.
 func (t *Table) grow() {
-	t.pages = append(t.pages, make([]byte, t.perPage*t.recSize))
+	pb := t.perPage * t.recSize
+	n := len(t.data) + pb
+	if n > cap(t.data) {
+		// Move to a backing twice as large (zeroed: the bytes beyond
+		// len(data) are never written, so a later grow within the
+		// capacity finds its page zeroed).
+		data := make([]byte, n, max(2*cap(t.data), n))
+		copy(data, t.data)
+		t.data = data
+		for pg := range t.pages {
+			t.pages[pg] = t.data[pg*pb : (pg+1)*pb : (pg+1)*pb]
+		}
+	} else {
+		t.data = t.data[:n]
+	}
+	t.pages = append(t.pages, t.data[n-pb:n:n])
 	t.slots += t.perPage
 	words := (t.slots + 63) >> 6
 	for len(t.live) < words {
@@ -371,8 +389,8 @@ func (t *Table) Free(i int) {
 
 // record returns slot i's bytes without any bookkeeping.
 func (t *Table) record(i int) Record {
-	off := (i & t.pageMask) * t.recSize
-	return t.pages[i>>(t.pageShift&63)][off : off+t.recSize : off+t.recSize]
+	off := i * t.recSize
+	return t.data[off : off+t.recSize : off+t.recSize]
 }
 
 // Row returns slot i's record for reading; a free slot's bytes are
@@ -397,13 +415,33 @@ func (e rowError) Error() string {
 // Mut returns live slot i's record for writing: it marks the page dirty and
 // queues the record for re-hashing. Mut of a slot that is not live is a bug
 // of the caller and panics.
+//
+// A record already written since the hash was last read is queued for
+// re-hashing and its page is dirty (a capture reads the hash first, so it
+// never clears a page's bit while one of its records is queued): Mut tests
+// the record's queued bit and marks both on the first write only.
 func (t *Table) Mut(i int) Record {
 	if !t.Live(i) {
-		panic(fmt.Sprintf("table %d: Mut of slot %d which is not live", t.id, i))
+		panic(mutError{t.id, i})
 	}
-	t.markDirty(i)
-	t.markPending(i)
+	w, b := i>>6, uint64(1)<<(uint(i)&63)
+	if t.pendBits[w]&b == 0 {
+		t.pendBits[w] |= b
+		t.pend = append(t.pend, int32(i))
+		pg := i >> (t.pageShift & 63)
+		t.dirty[pg>>6] |= 1 << (uint(pg) & 63)
+	}
 	return t.record(i)
+}
+
+// mutError is Mut's panic value.
+type mutError struct {
+	table uint32
+	i     int
+}
+
+func (e mutError) Error() string {
+	return fmt.Sprintf("table %d: Mut of slot %d which is not live", e.table, e.i)
 }
 
 func (t *Table) markDirty(i int) {

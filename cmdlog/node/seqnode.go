@@ -82,8 +82,30 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 	if cfg.Core.Durability != seq.Fsync {
 		mu = new(sync.Mutex)
 	}
-	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: r.Tick, Mu: mu, Ready: func() error {
+	// In fsync durability a round whose only writes are GCs (this
+	// replica's part of an ordering round) is not synced on its own: it is
+	// held, and its operations join the next round that writes anything
+	// else (an Append's records) or the next tick's round, in one synced
+	// batch. Its messages, and those of every round after it, are sent
+	// only once that batch is synced, in order: nothing leaves the node
+	// before what it follows from is on disk, as if the held rounds had
+	// been slower. At one appender it takes the ordering round's sync
+	// (one per replica per round, about one per append) off the disk the
+	// appends' own syncs queue on; the ordering round's acknowledgements
+	// wait for the next append's sync, or a tick when idle.
+	var held gcHold
+	ticked := false
+	onTick := func() {
+		ticked = true
+		r.Tick()
+	}
+	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: onTick, Mu: mu, Ready: func() error {
 		rd := r.Ready()
+		tick := ticked
+		ticked = false
+		if cfg.Core.Durability == seq.Fsync {
+			rd = held.round(rd, tick)
+		}
 		if len(rd.Persist) > 0 {
 			// A failed WAL write (ENOSPC, EIO) is retried, not fatal: the
 			// round's acknowledgements wait until the write succeeds.
@@ -111,6 +133,38 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 		}
 		return nil
 	}}.Run(ctx)
+}
+
+// gcHold holds a sequencing replica's rounds whose only writes are GCs
+// (see RunSeq) until a round that writes anything else, or a tick's.
+type gcHold struct{ held seq.Ready }
+
+// round takes one round's Ready and returns what to carry out now: the
+// held rounds' operations and messages followed by this round's, or
+// nothing if this round is held too (it writes only GCs, or nothing while
+// rounds are held, and is not a tick's).
+func (h *gcHold) round(rd seq.Ready, tick bool) seq.Ready {
+	if len(h.held.Persist) == 0 && !gcOnly(rd.Persist) {
+		return rd
+	}
+	h.held.Persist = append(h.held.Persist, rd.Persist...)
+	h.held.Messages = append(h.held.Messages, rd.Messages...)
+	if !tick && (len(rd.Persist) == 0 || gcOnly(rd.Persist)) {
+		return seq.Ready{}
+	}
+	out := h.held
+	h.held = seq.Ready{}
+	return out
+}
+
+// gcOnly reports whether ops are one or more GCs and nothing else.
+func gcOnly(ops []seq.PersistOp) bool {
+	for _, op := range ops {
+		if op.Kind != seq.PersistGC {
+			return false
+		}
+	}
+	return len(ops) > 0
 }
 
 func durabilityName(d seq.Durability) string {

@@ -95,7 +95,8 @@ func (fs guardFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error)
 	if err := fs.g.before(); err != nil {
 		return nil, err
 	}
-	return fs.file(fs.FS.Create(name, c))
+	f, err := fs.file(fs.FS.Create(name, c))
+	return markWAL(f, c), err
 }
 
 func (fs guardFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
@@ -109,7 +110,8 @@ func (fs guardFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory
 	if err := fs.g.before(); err != nil {
 		return nil, err
 	}
-	return fs.file(fs.FS.ReuseForWrite(oldname, newname, c))
+	f, err := fs.file(fs.FS.ReuseForWrite(oldname, newname, c))
+	return markWAL(f, c), err
 }
 
 func (fs guardFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
@@ -198,6 +200,9 @@ func (l guardLock) Close() error {
 type guardFile struct {
 	vfs.File
 	g *guard
+	// wal: the file is one of Pebble's write-ahead logs, whose
+	// preallocations also extend its size (see extendWAL).
+	wal bool
 }
 
 func (f guardFile) Write(p []byte) (int, error) {
@@ -220,7 +225,10 @@ func (f guardFile) Preallocate(off, n int64) error {
 	if err := f.g.before(); err != nil {
 		return err
 	}
-	return f.g.check(f.File.Preallocate(off, n))
+	if err := f.g.check(f.File.Preallocate(off, n)); err != nil || !f.wal {
+		return err
+	}
+	return f.g.check(extendWAL(f.File, off+n))
 }
 
 func (f guardFile) Sync() error {

@@ -722,16 +722,67 @@ func (s *Sector) cacheBall(i int, ownerSlot int32) {
 	// the last one is the last before the first side crossed.
 	lo := h.quiet + min(end-h.quiet, ticksIn(ax, int64(h.vx), x0, x1), ticksIn(ay, int64(h.vy), y0, y1))
 	bx, by := h.at(lo)
+	h.last = lo
 	if s.grid.offIslands(min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)) {
-		h.last = lo
 		return
 	}
-	for t := h.quiet; t <= lo; t++ {
-		if x, y := h.at(t); s.grid.mayBeIsland(x, y) {
-			break
+	// Off every island until the first tick inside one (in the sector,
+	// splashes is exactly "inside an island's circle"; its prefilter
+	// mayBeIsland only saves work): the ball flies through island boxes
+	// it does not splash in, quiet.
+	bx0, by0, bx1, by1 := min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
+	for k := range s.geo.islands {
+		is := &s.geo.islands[k]
+		cx, cy, r := int64(is.X), int64(is.Y), int64(is.Radius)
+		if cx+r < bx0 || cx-r > bx1 || cy+r < by0 || cy-r > by1 {
+			continue
 		}
-		h.last = t
+		if u, ok := firstInside(ax-cx, ay-cy, int64(h.vx), int64(h.vy), r, h.last-h.quiet); ok {
+			if u == 0 {
+				h.last = h.quiet - 1 // splashes at once: no quiet tick
+				return
+			}
+			h.last = h.quiet + u - 1 // the next islands are searched up to here
+		}
 	}
+}
+
+// firstInside returns the first u in 0..n at which the point d + v·u is
+// strictly inside the circle of radius r around the origin (d·d < r·r, as
+// splashes tests), and false if there is none.
+func firstInside(dx, dy, vx, vy, r int64, n uint64) (uint64, bool) {
+	f := func(u uint64) bool {
+		x, y := dx+vx*int64(u), dy+vy*int64(u)
+		return x*x+y*y < r*r
+	}
+	// |d + v·u|² is convex in u: the u inside form an interval around its
+	// minimum, and the integer u nearest that minimum from either side,
+	// m or m+1 (m = ⌊-d·v / v·v⌋, clamped to 0..n), is inside if any is.
+	vv := vx*vx + vy*vy
+	m := uint64(0)
+	if vv != 0 {
+		if q := floorDiv(-(dx*vx + dy*vy), vv); q > 0 {
+			m = min(uint64(q), n)
+		}
+	}
+	if !f(m) {
+		if m+1 > n || !f(m+1) {
+			return 0, false
+		}
+		m++
+	}
+	// Before the minimum the distance does not grow: the first u inside
+	// is found by bisection over 0..m.
+	lo, hi := uint64(0), m // f(hi)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if f(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, true
 }
 
 // ticksIn returns how many steps of v a point at p, lo ≤ p < hi, makes

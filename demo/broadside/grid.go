@@ -80,8 +80,18 @@ type gridShip struct {
 // keepRect is a half-open box of positions, in mm.
 type keepRect struct{ vx0, vy0, vx1, vy1 int64 }
 
-func (k *keepRect) holds(x, y int32) bool {
-	return int64(x) >= k.vx0 && int64(x) < k.vx1 && int64(y) >= k.vy0 && int64(y) < k.vy1
+func (k *keepRect) holds(x, y int64) bool {
+	return x >= k.vx0 && x < k.vx1 && y >= k.vy0 && y < k.vy1
+}
+
+// fineRect returns the positions in the fine cell of (x, y) (clamped as
+// fineXY: the edge cells reach out without bound).
+func (g *grid) fineRect(x, y int64) keepRect {
+	cx, cy := g.fineXY(x, y)
+	var k keepRect
+	k.vx0, k.vx1 = stepSpan(cx, g.x0, g.fshift, g.fnx)
+	k.vy0, k.vy1 = stepSpan(cy, g.y0, g.fshift, g.fny)
+	return k
 }
 
 // stepSpan returns the values v whose cell (v-o)>>shift clamped to
@@ -439,7 +449,7 @@ func (g *grid) put(slot int, x, y int32, id uint64, sunk bool) {
 		// later position wins.
 		g.remove(int32(slot))
 	}
-	if e.cell >= 0 && e.keep.holds(x, y) {
+	if e.cell >= 0 && e.keep.holds(int64(x), int64(y)) {
 		// Same cell, same box: nothing to relink or recount.
 		e.x, e.y, e.id, e.sunk, e.round = x, y, id, sunk, g.round
 		g.order = append(g.order, int32(slot))
@@ -548,14 +558,19 @@ type pathTouch struct {
 // next round.
 func (g *grid) touching(ax, ay, bx, by int64, skip uint64, out []pathTouch) []pathTouch {
 	start := len(out)
-	cx0, cy0 := g.cellXY(min(ax, bx)-ShipRadius, min(ay, by)-ShipRadius)
-	cx1, cy1 := g.cellXY(max(ax, bx)+ShipRadius, max(ay, by)+ShipRadius)
+	// A ship the segment passes within ShipRadius of has its centre in
+	// the segment's box grown by ShipRadius (the nearest point is in the
+	// box): the cells of that box, and each ship tested against it first.
+	lx, ly := min(ax, bx)-ShipRadius, min(ay, by)-ShipRadius
+	hx, hy := max(ax, bx)+ShipRadius, max(ay, by)+ShipRadius
+	cx0, cy0 := g.cellXY(lx, ly)
+	cx1, cy1 := g.cellXY(hx, hy)
 	for cy := cy0; cy <= cy1; cy++ {
 		for cx := cx0; cx <= cx1; cx++ {
 			c := cy*g.nx + cx
 			for k := g.head[c]; k >= 0; k = g.ships[k].next {
 				s := &g.ships[k]
-				if s.id == skip {
+				if x, y := int64(s.x), int64(s.y); x < lx || x > hx || y < ly || y > hy || s.id == skip {
 					continue
 				}
 				if along, ok := segmentContact(ax, ay, bx, by, int64(s.x), int64(s.y), ShipRadius); ok {

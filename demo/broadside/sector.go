@@ -170,6 +170,10 @@ type Sector struct {
 	// sleepCheck, if set (tests), runs in Step between prepareSleep and
 	// flyBalls.
 	sleepCheck func()
+	// offshore, per ship slot, is a fine cell (as positions) in which no
+	// point may be near an island (grid.mayBeNearIsland is false
+	// throughout): the sector's geometry, whichever ship is in the slot.
+	offshore []keepRect
 
 	outBuf  []byte
 	outEnds []int
@@ -527,7 +531,7 @@ func (s *Sector) moveShipBy(i int, p table.Record) (int32, int32) {
 	nx := int64(x) + int64(mulQ16(speed, Cos(heading)))
 	ny := int64(y) + int64(mulQ16(speed, Sin(heading)))
 
-	for _, k := range s.islandsNear(nx, ny) {
+	for _, k := range s.islandsNear(i, nx, ny) {
 		is := &s.geo.islands[k]
 		dx, dy := nx-int64(is.X), ny-int64(is.Y)
 		rr := int64(is.Radius) + ShipRadius
@@ -555,10 +559,19 @@ func (s *Sector) moveShipBy(i int, p table.Record) (int32, int32) {
 	return int32(nx), int32(ny)
 }
 
-// islandsNear returns the islands a ship at (x, y) may be aground on
-// (grid.islandsNear), none if the grid's bits rule every one out.
-func (s *Sector) islandsNear(x, y int64) []int32 {
+// islandsNear returns the islands ship i at (x, y) may be aground on
+// (grid.islandsNear), none if the grid's bits rule every one out. A fine
+// cell whose bit rules them out is kept per ship slot (s.offshore), so a
+// ship that stays in it, most ticks, is not located again.
+func (s *Sector) islandsNear(i int, x, y int64) []int32 {
+	if i < len(s.offshore) && s.offshore[i].holds(x, y) {
+		return nil
+	}
 	if !s.grid.mayBeNearIsland(x, y) {
+		for i >= len(s.offshore) {
+			s.offshore = append(s.offshore, keepRect{})
+		}
+		s.offshore[i] = s.grid.fineRect(x, y)
 		return nil
 	}
 	return s.grid.islandsNear(x, y)

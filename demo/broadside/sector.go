@@ -699,6 +699,9 @@ type ballHot struct {
 	// the prefilters may too.
 	owner     uint64
 	ownerSlot int32
+	// born says the ball was fired here and the general tests pass at its
+	// spawn tick too, whose hit test is of the gun's position alone.
+	born bool
 	// noSleepTo is the last tick at which trySleep does not try the ball
 	// (a ball found next to a ship stays so for a few ticks; not state).
 	noSleepTo uint64
@@ -721,12 +724,16 @@ func (s *Sector) cacheBall(i int, ownerSlot int32) {
 	}
 	end := h.spawn + uint64(r.U32(blLifetime))
 	h.last = h.quiet - 1
-	if h.quiet > end {
-		return
-	}
 	// In the world and in the sector: in their intersection, a box.
 	x0, x1 := max(0, int64(s.bounds.X0)), min(int64(s.geo.w), int64(s.bounds.X1))
 	y0, y1 := max(0, int64(s.bounds.Y0)), min(int64(s.geo.h), int64(s.bounds.Y1))
+	if r.U64(blDeparted) == 0 {
+		px, py := h.at(h.spawn)
+		h.born = px >= x0 && px < x1 && py >= y0 && py < y1 && !(s.grid.mayBeIsland(px, py) && s.splashes(px, py))
+	}
+	if h.quiet > end {
+		return
+	}
 	ax, ay := h.at(h.quiet)
 	if ax < x0 || ax >= x1 || ay < y0 || ay >= y1 {
 		return
@@ -844,9 +851,13 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 	t := s.tick
 	s.flights, s.touches = s.flights[:0], s.touches[:0]
 	for i := s.balls.NextLiveExcept(0, s.sleep.asleep); i >= 0; i = s.balls.NextLiveExcept(i+1, s.sleep.asleep) {
-		if h := s.hotBall(i); h != nil && t >= h.quiet && t <= h.last {
+		if h := s.hotBall(i); h != nil && (t >= h.quiet && t <= h.last || t == h.spawn && h.born) {
 			x, y := h.at(t)
 			ax, ay := x-int64(h.vx), y-int64(h.vy)
+			continued := t != h.spawn
+			if !continued {
+				ax, ay = x, y // fired this tick: the gun's position alone
+			}
 			if s.trySleep(i, h, t, ax, ay) {
 				continue // this tick's path is clear too
 			}
@@ -860,7 +871,7 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 			lo := len(s.touches)
 			s.touches = s.grid.touching(ax, ay, x, y, r.U64(blOwner), s.touches)
 			if len(s.touches) > lo {
-				s.flights = append(s.flights, flight{slot: int32(i), lo: int32(lo), hi: int32(len(s.touches)), id: r.U64(blID), spawn: h.spawn, continued: true})
+				s.flights = append(s.flights, flight{slot: int32(i), lo: int32(lo), hi: int32(len(s.touches)), id: r.U64(blID), spawn: h.spawn, continued: continued})
 			}
 			continue
 		}

@@ -24,7 +24,8 @@ func (c *callLog) Derived(e, from lineage.EntityID) {
 }
 
 // TestBallSleepSound replays bot battles twice from the same captures, with
-// sleeping cannonballs and without (every ball tested every tick), and
+// sleeping cannonballs and without (every ball through flyBalls' general
+// tests every tick: no sleeping, no quiet flights), and
 // requires the same state hash, outputs and lineage calls at every tick of
 // every sector. The worlds are small and crowded, so that ships appear
 // (joins, arrivals, respawns) and run aground while balls sleep. And at
@@ -57,6 +58,13 @@ func TestBallSleepSound(t *testing.T) {
 		on, off := restoreTape(t, tp), restoreTape(t, tp)
 		for _, s := range off {
 			s.sleep.off = true
+			// Nor quiet flights: every ball through flyBalls' general
+			// tests at every tick, as if the sector had no ballHot.
+			s.sleepCheck = func() {
+				for k := range s.hot {
+					s.hot[k].quiet, s.hot[k].last, s.hot[k].born = 1, 0, false
+				}
+			}
 		}
 		slept, checked := 0, 0
 		for i, s := range on {
@@ -203,11 +211,11 @@ func TestTicksIn(t *testing.T) {
 // sector, not splashing on an island: mayBeIsland and then splashes): the
 // window must end just before the first tick that fails one, for balls
 // fired at and past islands, through island boxes they miss, and from
-// inside islands.
+// inside islands; and born must say whether the spawn tick passes them.
 func TestQuietFlight(t *testing.T) {
 	cfg := Config{Seed: 9, Width: 3000, Height: 3000, SectorsX: 3, SectorsY: 3, Islands: 40}
 	rng := rand.New(rand.NewPCG(13, 14))
-	grazed := 0
+	grazed, unborn := 0, 0
 	for sec := range cfg.Sectors() {
 		s, err := NewSector(cfg, sec)
 		if err != nil {
@@ -242,6 +250,12 @@ func TestQuietFlight(t *testing.T) {
 			s.cacheBall(i, -1)
 			h := &s.hot[i]
 			r0 := s.balls.Row(i)
+			px, py := ballAt(r0, spawn)
+			if born := s.geo.inWorld(px, py) && s.bounds.Contains(px, py) && !(s.grid.mayBeIsland(px, py) && s.splashes(px, py)); h.born != born {
+				t.Fatalf("sector %d: ball fired at (%d,%d): born %v, the general tests say %v", sec, px, py, h.born, born)
+			} else if !born {
+				unborn++
+			}
 			want := h.quiet - 1
 			for tk := h.quiet; ; tk++ {
 				px, py := ballAt(r0, tk)
@@ -260,8 +274,8 @@ func TestQuietFlight(t *testing.T) {
 			s.balls.Free(i)
 		}
 	}
-	if grazed == 0 {
-		t.Fatal("no quiet tick in an island's box: the test exercised too little")
+	if grazed == 0 || unborn == 0 {
+		t.Fatalf("%d quiet ticks in an island's box, %d balls fired on an island: the test exercised too little", grazed, unborn)
 	}
 }
 

@@ -105,6 +105,7 @@ type shipAnchor struct {
 	x, y int32
 	id   uint64
 	gen  uint64
+	box  fineBox // anchorBox(x, y), the cells it marked in far
 }
 
 // bandShift is log2 of the fine rows in a band of sleeper.band.
@@ -144,8 +145,8 @@ func (s *Sector) anchor(i int, id uint64, x, y int32) fineBox {
 	for i >= len(z.anch) {
 		z.anch = append(z.anch, shipAnchor{})
 	}
-	z.anch[i] = shipAnchor{x: x, y: y, id: id, gen: z.gen}
 	b := s.anchorBox(x, y)
+	z.anch[i] = shipAnchor{x: x, y: y, id: id, gen: z.gen, box: b}
 	markTwiceRows(&z.far, &z.far2, b)
 	return b
 }
@@ -308,7 +309,7 @@ func (s *Sector) pathClear(h *ballHot, b *fineBox, own *sleepOwner) bool {
 		own.known = true
 		if o := int(h.ownerSlot); o >= 0 && o < len(z.anch) {
 			if a := &z.anch[o]; a.gen == z.gen && a.id == h.owner {
-				own.b, own.ok = s.anchorBox(a.x, a.y), true
+				own.b, own.ok = a.box, true
 			}
 		}
 	}

@@ -254,18 +254,24 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 		}
 		short := s.pathBox(h, sx, sy, t+1)
 		if !s.pathClear(h, &short, &own) {
-			// Next to a ship: not tried again for a few ticks (it
-			// stays awake, tested every tick, as without sleeping).
-			h.noSleepTo = t + sleepBackoff
-			return false
-		}
-		for end = t + (end-t)/2; end > t+1; end = t + (end-t)/2 {
-			if b = s.pathBox(h, sx, sy, end); s.pathClear(h, &b, &own) {
-				break
+			// Within a few fine cells of a ship's anchored box: the
+			// ships' anchors themselves may still be far enough from
+			// the path (clearOfAnchors). If not, next to a ship: not
+			// tried again for a few ticks (it stays awake, tested every
+			// tick, as without sleeping).
+			if !s.clearOfAnchors(h, ax, ay, end) {
+				h.noSleepTo = t + sleepBackoff
+				return false
 			}
-		}
-		if end <= t+1 {
-			end, b = t+1, short
+		} else {
+			for end = t + (end-t)/2; end > t+1; end = t + (end-t)/2 {
+				if b = s.pathBox(h, sx, sy, end); s.pathClear(h, &b, &own) {
+					break
+				}
+			}
+			if end <= t+1 {
+				end, b = t+1, short
+			}
 		}
 	}
 	z.asleep = setBit(z.asleep, i)
@@ -279,6 +285,55 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 	z.nAsleep++
 	if k := end + 1 - z.epoch; k < sleepEpoch {
 		z.wake[k] = append(z.wake[k], int32(i))
+	}
+	return true
+}
+
+// anchorReach bounds how far from its anchor a ship that stays within
+// sleepDrift of it on each axis may be: sleepDrift·√2 (7,535 mm), rounded
+// up with room for segmentContact's rounding (a millimetre or two).
+const anchorReach = sleepDrift * 3 / 2
+
+// clearOfAnchors reports whether ball h's path from (ax, ay) through tick
+// end passes farther than ShipRadius + anchorReach from the anchor of
+// every ship but its owner: then no ship that stays within sleepDrift of
+// its anchor comes within ShipRadius of the path (touching finds none at
+// any of its ticks), and a ship that does not is anchored anew, which
+// wakes the ball if its anchored box meets the path's box, as for any
+// sleeper. The ships are found in the grid where they are now, within
+// sleepDrift of their anchors (a ship farther was anchored anew this
+// tick, before the balls fly).
+func (s *Sector) clearOfAnchors(h *ballHot, ax, ay int64, end uint64) bool {
+	z, g := &s.sleep, s.grid
+	bx, by := h.at(end)
+	const reach = ShipRadius + anchorReach
+	lx, ly := min(ax, bx)-reach, min(ay, by)-reach
+	hx, hy := max(ax, bx)+reach, max(ay, by)+reach
+	cx0, cy0 := g.cellXY(lx-sleepDrift, ly-sleepDrift)
+	cx1, cy1 := g.cellXY(hx+sleepDrift, hy+sleepDrift)
+	for cy := cy0; cy <= cy1; cy++ {
+		for cx := cx0; cx <= cx1; cx++ {
+			for k := g.head[cy*g.nx+cx]; k >= 0; k = g.ships[k].next {
+				e := &g.ships[k]
+				if e.id == h.owner {
+					continue // touching skips the owner
+				}
+				if int(k) >= len(z.anch) {
+					return false
+				}
+				a := &z.anch[k]
+				if a.gen != z.gen || a.id != e.id {
+					return false // not anchored (cannot happen): assume the worst
+				}
+				x, y := int64(a.x), int64(a.y)
+				if x < lx || x > hx || y < ly || y > hy {
+					continue
+				}
+				if _, near := segmentContact(ax, ay, bx, by, x, y, reach); near {
+					return false
+				}
+			}
+		}
 	}
 	return true
 }

@@ -246,24 +246,22 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 	var own sleepOwner
 	b := s.pathBox(h, sx, sy, end)
 	if !s.pathClear(h, &b, &own) {
-		// A ship is near the path: perhaps not yet near its first half,
-		// or quarter… (a shorter path's box is inside a longer one's: if
-		// the shortest is not clear, none is).
+		// A ship's anchored box meets the path's cells. The anchors
+		// themselves may still be far enough from the path; if not,
+		// perhaps not yet near its first half, or quarter… (a shorter
+		// path's box is inside a longer one's: if the shortest is not
+		// clear, none is).
 		if end-t < sleepMin {
 			return false
 		}
-		short := s.pathBox(h, sx, sy, t+1)
-		if !s.pathClear(h, &short, &own) {
-			// Within a few fine cells of a ship's anchored box: the
-			// ships' anchors themselves may still be far enough from
-			// the path (clearOfAnchors). If not, next to a ship: not
-			// tried again for a few ticks (it stays awake, tested every
-			// tick, as without sleeping).
-			if !s.clearOfAnchors(h, ax, ay, end) {
+		if !s.clearOfAnchors(h, ax, ay, end) {
+			short := s.pathBox(h, sx, sy, t+1)
+			if !s.pathClear(h, &short, &own) {
+				// Next to a ship: not tried again for a few ticks (it
+				// stays awake, tested every tick, as without sleeping).
 				h.noSleepTo = t + sleepBackoff
 				return false
 			}
-		} else {
 			for end = t + (end-t)/2; end > t+1; end = t + (end-t)/2 {
 				if b = s.pathBox(h, sx, sy, end); s.pathClear(h, &b, &own) {
 					break

@@ -170,6 +170,9 @@ type Sector struct {
 	// sleepCheck, if set (tests), runs in Step between prepareSleep and
 	// flyBalls.
 	sleepCheck func()
+	// islands lists the islands whose box meets the sector's rectangle:
+	// the only ones a point of the sector may be inside.
+	islands []int32
 	// offshore, per ship slot, is a fine cell (as positions) in which no
 	// point may be near an island (grid.mayBeNearIsland is false
 	// throughout): the sector's geometry, whichever ship is in the slot.
@@ -228,6 +231,12 @@ func newSector(geo *geometry, index int) (*Sector, error) {
 		return nil, err
 	}
 	s.grid = newGrid(s.bounds, MigrationMargin+ShipRadius, geo.islands)
+	for k, is := range geo.islands {
+		b, r := s.bounds, int64(is.Radius)
+		if int64(is.X)+r >= int64(b.X0) && int64(is.X)-r < int64(b.X1) && int64(is.Y)+r >= int64(b.Y0) && int64(is.Y)-r < int64(b.Y1) {
+			s.islands = append(s.islands, int32(k))
+		}
+	}
 	s.hash = s.set.Hash()
 	return s, nil
 }
@@ -751,7 +760,7 @@ func (s *Sector) cacheBall(i int, ownerSlot int32) {
 	// mayBeIsland only saves work): the ball flies through island boxes
 	// it does not splash in, quiet.
 	bx0, by0, bx1, by1 := min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
-	for k := range s.geo.islands {
+	for _, k := range s.islands {
 		is := &s.geo.islands[k]
 		cx, cy, r := int64(is.X), int64(is.Y), int64(is.Radius)
 		if cx+r < bx0 || cx-r > bx1 || cy+r < by0 || cy-r > by1 {

@@ -24,6 +24,11 @@ type grid struct {
 	// a cell is not seen: touching sorts what it finds by position and id.
 	head  []int32
 	ships []gridShip
+	// keep[slot] is where the ship in slot may stand with the cell and
+	// box of its entry (put locates it again only when it leaves, about
+	// one put in twenty-five); apart from ships, whose entries the hit
+	// tests walk, to keep those one cache line each.
+	keep  []keepRect
 	order []int32
 	prev  []int32 // the previous round's order (scratch of end)
 	round uint32
@@ -71,10 +76,6 @@ type gridShip struct {
 	round      uint32  // the grid round it was last put in
 	id         uint64
 	sunk       bool // a wreck, or sunk by an earlier ball of this tick
-	// keep is where the ship may stand with the same cell and box (mm,
-	// half-open: vx0 ≤ x < vx1, vy0 ≤ y < vy1), so that put locates it
-	// again only when it leaves (about one tick in ten).
-	keep keepRect
 }
 
 // keepRect is a half-open box of positions, in mm.
@@ -449,7 +450,11 @@ func (g *grid) put(slot int, x, y int32, id uint64, sunk bool) {
 		// later position wins.
 		g.remove(int32(slot))
 	}
-	if e.cell >= 0 && e.keep.holds(int64(x), int64(y)) {
+	for slot >= len(g.keep) {
+		g.keep = append(g.keep, keepRect{})
+	}
+	k := &g.keep[slot]
+	if e.cell >= 0 && k.holds(int64(x), int64(y)) {
 		// Same cell, same box: nothing to relink or recount.
 		e.x, e.y, e.id, e.sunk, e.round = x, y, id, sunk, g.round
 		g.order = append(g.order, int32(slot))
@@ -475,7 +480,7 @@ func (g *grid) put(slot int, x, y int32, id uint64, sunk bool) {
 		g.head[c] = int32(slot)
 	}
 	e.x, e.y, e.box, e.id, e.sunk, e.round = x, y, b, id, sunk, g.round
-	e.keep = g.keepOf(cx, cy, b)
+	*k = g.keepOf(cx, cy, b)
 	g.order = append(g.order, int32(slot))
 }
 

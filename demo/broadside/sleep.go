@@ -27,9 +27,16 @@ package broadside
 // respawn, or moves faster than assumed: a grounding's push) is caught
 // every tick, after the ships have moved and before the balls fly: it is
 // anchored anew where it is (its box marked in far too) and every sleeping
-// ball whose path box meets its anchored box wakes at once. The soundness
-// of sleeping depends on these checks, not on the game's speed limits,
-// which only make them rare.
+// ball whose path box meets its anchored box wakes at once.
+//
+// A path whose box meets an anchored box may still be far from the ships:
+// the cells are 16 m and round each box out. clearOfAnchors then measures
+// the path's distance to each anchor (but the owner's) itself: farther
+// than ShipRadius + sleepDrift·√2, no ship that stays within sleepDrift of
+// its anchor can touch it, and the ball sleeps on the same terms.
+//
+// The soundness of sleeping depends on these checks, not on the game's
+// speed limits, which only make them rare.
 const (
 	sleepEpoch = 16
 	sleepDrift = sleepEpoch * MaxSpeed

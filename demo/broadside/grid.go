@@ -1,5 +1,7 @@
 package broadside
 
+import "math"
+
 // grid is a sector's uniform spatial grid. Ships are bucketed into it once
 // per tick (a list per cell, threaded through the ships' entries: work in
 // proportion to the ships, not the cells, and no allocation after the first
@@ -22,6 +24,11 @@ type grid struct {
 	// a cell is not seen: touching sorts what it finds by position and id.
 	head  []int32
 	ships []gridShip
+	// keep[slot] is where the ship in slot may stand with the cell and
+	// box of its entry (put locates it again only when it leaves, about
+	// one put in twenty-five); apart from ships, whose entries the hit
+	// tests walk, to keep those one cache line each.
+	keep  []keepRect
 	order []int32
 	prev  []int32 // the previous round's order (scratch of end)
 	round uint32
@@ -69,6 +76,68 @@ type gridShip struct {
 	round      uint32  // the grid round it was last put in
 	id         uint64
 	sunk       bool // a wreck, or sunk by an earlier ball of this tick
+}
+
+// keepRect is a half-open box of positions, in mm.
+type keepRect struct{ vx0, vy0, vx1, vy1 int64 }
+
+func (k *keepRect) holds(x, y int64) bool {
+	return x >= k.vx0 && x < k.vx1 && y >= k.vy0 && y < k.vy1
+}
+
+// fineRect returns the positions in the fine cell of (x, y) (clamped as
+// fineXY: the edge cells reach out without bound).
+func (g *grid) fineRect(x, y int64) keepRect {
+	cx, cy := g.fineXY(x, y)
+	var k keepRect
+	k.vx0, k.vx1 = stepSpan(cx, g.x0, g.fshift, g.fnx)
+	k.vy0, k.vy1 = stepSpan(cy, g.y0, g.fshift, g.fny)
+	return k
+}
+
+// stepSpan returns the values v whose cell (v-o)>>shift clamped to
+// 0..n-1 is c, the cell of a value: lo ≤ v < hi (unbounded at the clamped
+// ends).
+func stepSpan(c int, o int64, shift uint, n int) (lo, hi int64) {
+	lo, hi = o+int64(c)<<(shift&63), o+int64(c+1)<<(shift&63)
+	if c == 0 {
+		lo = math.MinInt64
+	}
+	if c == n-1 {
+		hi = math.MaxInt64
+	}
+	return lo, hi
+}
+
+// keepOf returns the positions at which a ship has the cell (cx, cy) and
+// the box b that it has at its position: the same coarse cell of its
+// centre and the same fine cells of its sides (shipBox).
+func (g *grid) keepOf(cx, cy int, b fineBox) keepRect {
+	var k keepRect
+	k.vx0, k.vx1 = stepSpan(cx, g.x0, g.shift, g.nx)
+	k.vy0, k.vy1 = stepSpan(cy, g.y0, g.shift, g.ny)
+	for _, a := range [...]struct {
+		c   int32
+		o   int64
+		n   int
+		lo  *int64
+		hi  *int64
+		off int64
+	}{
+		{b.x0, g.x0, g.fnx, &k.vx0, &k.vx1, ShipRadius}, {b.x1, g.x0, g.fnx, &k.vx0, &k.vx1, -ShipRadius},
+		{b.y0, g.y0, g.fny, &k.vy0, &k.vy1, ShipRadius}, {b.y1, g.y0, g.fny, &k.vy0, &k.vy1, -ShipRadius},
+	} {
+		// The side at v - off (off = ±ShipRadius) is in fine cell a.c
+		// while lo ≤ v - off < hi.
+		lo, hi := stepSpan(int(a.c), a.o, g.fshift, a.n)
+		if lo != math.MinInt64 {
+			*a.lo = max(*a.lo, lo+a.off)
+		}
+		if hi != math.MaxInt64 {
+			*a.hi = min(*a.hi, hi+a.off)
+		}
+	}
+	return k
 }
 
 // newGrid covers r, extended by margin on every side.
@@ -309,6 +378,9 @@ func (g *grid) ownerBox(slot int32, id uint64) (fineBox, bool) {
 // the segment nearest a ship touched is in the segment's box and in the
 // ship's box, so its fine cell is a cell of both; that cell was marked by
 // a ship other than the owner, so it is set in occ2 or outside own.)
+// flyBalls does not call it: it rules out too few of the paths mayTouch
+// lets through to pay for itself. The sleeper's anyButRows is the same
+// test over the anchored boxes.
 func (g *grid) mayTouchBut(ax, ay, bx, by int64, own *fineBox) bool {
 	b := g.fineBoxOf(min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
 	return g.anyBut(g.occ, g.occ2, &b, own)
@@ -378,6 +450,16 @@ func (g *grid) put(slot int, x, y int32, id uint64, sunk bool) {
 		// later position wins.
 		g.remove(int32(slot))
 	}
+	for slot >= len(g.keep) {
+		g.keep = append(g.keep, keepRect{})
+	}
+	k := &g.keep[slot]
+	if e.cell >= 0 && k.holds(int64(x), int64(y)) {
+		// Same cell, same box: nothing to relink or recount.
+		e.x, e.y, e.id, e.sunk, e.round = x, y, id, sunk, g.round
+		g.order = append(g.order, int32(slot))
+		return
+	}
 	cx, cy := g.cellXY(int64(x), int64(y))
 	c := int32(cy*g.nx + cx)
 	b := g.shipBox(x, y)
@@ -398,6 +480,7 @@ func (g *grid) put(slot int, x, y int32, id uint64, sunk bool) {
 		g.head[c] = int32(slot)
 	}
 	e.x, e.y, e.box, e.id, e.sunk, e.round = x, y, b, id, sunk, g.round
+	*k = g.keepOf(cx, cy, b)
 	g.order = append(g.order, int32(slot))
 }
 
@@ -480,14 +563,19 @@ type pathTouch struct {
 // next round.
 func (g *grid) touching(ax, ay, bx, by int64, skip uint64, out []pathTouch) []pathTouch {
 	start := len(out)
-	cx0, cy0 := g.cellXY(min(ax, bx)-ShipRadius, min(ay, by)-ShipRadius)
-	cx1, cy1 := g.cellXY(max(ax, bx)+ShipRadius, max(ay, by)+ShipRadius)
+	// A ship the segment passes within ShipRadius of has its centre in
+	// the segment's box grown by ShipRadius (the nearest point is in the
+	// box): the cells of that box, and each ship tested against it first.
+	lx, ly := min(ax, bx)-ShipRadius, min(ay, by)-ShipRadius
+	hx, hy := max(ax, bx)+ShipRadius, max(ay, by)+ShipRadius
+	cx0, cy0 := g.cellXY(lx, ly)
+	cx1, cy1 := g.cellXY(hx, hy)
 	for cy := cy0; cy <= cy1; cy++ {
 		for cx := cx0; cx <= cx1; cx++ {
 			c := cy*g.nx + cx
 			for k := g.head[c]; k >= 0; k = g.ships[k].next {
 				s := &g.ships[k]
-				if s.id == skip {
+				if x, y := int64(s.x), int64(s.y); x < lx || x > hx || y < ly || y > hy || s.id == skip {
 					continue
 				}
 				if along, ok := segmentContact(ax, ay, bx, by, int64(s.x), int64(s.y), ShipRadius); ok {

@@ -1,6 +1,7 @@
 package broadside
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -215,5 +216,45 @@ func TestGridIncremental(t *testing.T) {
 	}
 	if moved == 0 {
 		t.Fatal("no ship bucketed")
+	}
+}
+
+// TestFineRect: the positions fineRect returns for a point are exactly
+// those in its fine cell (fineXY gives the same cell at its corners and a
+// different one just outside them, where they are bounded), which is what
+// lets Sector.islandsNear keep a cell mayBeNearIsland ruled out.
+func TestFineRect(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	r := Rect{X0: 1_000_000, Y0: 500_000, X1: 5_000_000, Y1: 3_000_000}
+	g := newGrid(r, MigrationMargin+ShipRadius, nil)
+	edges := 0
+	for range 20000 {
+		x, y := int64(r.X0)-300_000+rng.Int64N(4_600_000), int64(r.Y0)-300_000+rng.Int64N(3_100_000)
+		k := g.fineRect(x, y)
+		if !k.holds(x, y) {
+			t.Fatalf("fineRect(%d,%d) = %+v does not hold the point", x, y, k)
+		}
+		cx, cy := g.fineXY(x, y)
+		same := func(px, py int64) bool { qx, qy := g.fineXY(px, py); return qx == cx && qy == cy }
+		for _, p := range [][2]int64{{k.vx0, y}, {k.vx1 - 1, y}, {x, k.vy0}, {x, k.vy1 - 1}} {
+			if p[0] == math.MinInt64 || p[0] == math.MaxInt64-1 || p[1] == math.MinInt64 || p[1] == math.MaxInt64-1 {
+				edges++
+				continue
+			}
+			if !same(p[0], p[1]) || !k.holds(p[0], p[1]) {
+				t.Fatalf("fineRect(%d,%d) = %+v: (%d,%d) inside is in another cell", x, y, k, p[0], p[1])
+			}
+		}
+		for j, p := range [][2]int64{{k.vx0 - 1, y}, {k.vx1, y}, {x, k.vy0 - 1}, {x, k.vy1}} {
+			if bound := [...]int64{k.vx0, k.vx1, k.vy0, k.vy1}[j]; bound == math.MinInt64 || bound == math.MaxInt64 {
+				continue
+			}
+			if same(p[0], p[1]) || k.holds(p[0], p[1]) {
+				t.Fatalf("fineRect(%d,%d) = %+v: (%d,%d) outside is in the same cell", x, y, k, p[0], p[1])
+			}
+		}
+	}
+	if edges == 0 {
+		t.Fatal("no point in an edge cell")
 	}
 }

@@ -27,9 +27,16 @@ package broadside
 // respawn, or moves faster than assumed: a grounding's push) is caught
 // every tick, after the ships have moved and before the balls fly: it is
 // anchored anew where it is (its box marked in far too) and every sleeping
-// ball whose path box meets its anchored box wakes at once. The soundness
-// of sleeping depends on these checks, not on the game's speed limits,
-// which only make them rare.
+// ball whose path box meets its anchored box wakes at once.
+//
+// A path whose box meets an anchored box may still be far from the ships:
+// the cells are 16 m and round each box out. clearOfAnchors then measures
+// the path's distance to each anchor (but the owner's) itself: farther
+// than ShipRadius + sleepDrift·√2, no ship that stays within sleepDrift of
+// its anchor can touch it, and the ball sleeps on the same terms.
+//
+// The soundness of sleeping depends on these checks, not on the game's
+// speed limits, which only make them rare.
 const (
 	sleepEpoch = 16
 	sleepDrift = sleepEpoch * MaxSpeed
@@ -105,6 +112,7 @@ type shipAnchor struct {
 	x, y int32
 	id   uint64
 	gen  uint64
+	box  fineBox // anchorBox(x, y), the cells it marked in far
 }
 
 // bandShift is log2 of the fine rows in a band of sleeper.band.
@@ -144,8 +152,8 @@ func (s *Sector) anchor(i int, id uint64, x, y int32) fineBox {
 	for i >= len(z.anch) {
 		z.anch = append(z.anch, shipAnchor{})
 	}
-	z.anch[i] = shipAnchor{x: x, y: y, id: id, gen: z.gen}
 	b := s.anchorBox(x, y)
+	z.anch[i] = shipAnchor{x: x, y: y, id: id, gen: z.gen, box: b}
 	markTwiceRows(&z.far, &z.far2, b)
 	return b
 }
@@ -245,26 +253,30 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 	var own sleepOwner
 	b := s.pathBox(h, sx, sy, end)
 	if !s.pathClear(h, &b, &own) {
-		// A ship is near the path: perhaps not yet near its first half,
-		// or quarter… (a shorter path's box is inside a longer one's: if
-		// the shortest is not clear, none is).
+		// A ship's anchored box meets the path's cells. The anchors
+		// themselves may still be far enough from the path; if not,
+		// perhaps not yet near its first half, or quarter… (a shorter
+		// path's box is inside a longer one's: if the shortest is not
+		// clear, none is).
 		if end-t < sleepMin {
 			return false
 		}
-		short := s.pathBox(h, sx, sy, t+1)
-		if !s.pathClear(h, &short, &own) {
-			// Next to a ship: not tried again for a few ticks (it
-			// stays awake, tested every tick, as without sleeping).
-			h.noSleepTo = t + sleepBackoff
-			return false
-		}
-		for end = t + (end-t)/2; end > t+1; end = t + (end-t)/2 {
-			if b = s.pathBox(h, sx, sy, end); s.pathClear(h, &b, &own) {
-				break
+		if !s.clearOfAnchors(h, ax, ay, end) {
+			short := s.pathBox(h, sx, sy, t+1)
+			if !s.pathClear(h, &short, &own) {
+				// Next to a ship: not tried again for a few ticks (it
+				// stays awake, tested every tick, as without sleeping).
+				h.noSleepTo = t + sleepBackoff
+				return false
 			}
-		}
-		if end <= t+1 {
-			end, b = t+1, short
+			for end = t + (end-t)/2; end > t+1; end = t + (end-t)/2 {
+				if b = s.pathBox(h, sx, sy, end); s.pathClear(h, &b, &own) {
+					break
+				}
+			}
+			if end <= t+1 {
+				end, b = t+1, short
+			}
 		}
 	}
 	z.asleep = setBit(z.asleep, i)
@@ -278,6 +290,55 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 	z.nAsleep++
 	if k := end + 1 - z.epoch; k < sleepEpoch {
 		z.wake[k] = append(z.wake[k], int32(i))
+	}
+	return true
+}
+
+// anchorReach bounds how far from its anchor a ship that stays within
+// sleepDrift of it on each axis may be: sleepDrift·√2 (7,535 mm), rounded
+// up with room for segmentContact's rounding (a millimetre or two).
+const anchorReach = sleepDrift * 3 / 2
+
+// clearOfAnchors reports whether ball h's path from (ax, ay) through tick
+// end passes farther than ShipRadius + anchorReach from the anchor of
+// every ship but its owner: then no ship that stays within sleepDrift of
+// its anchor comes within ShipRadius of the path (touching finds none at
+// any of its ticks), and a ship that does not is anchored anew, which
+// wakes the ball if its anchored box meets the path's box, as for any
+// sleeper. The ships are found in the grid where they are now, within
+// sleepDrift of their anchors (a ship farther was anchored anew this
+// tick, before the balls fly).
+func (s *Sector) clearOfAnchors(h *ballHot, ax, ay int64, end uint64) bool {
+	z, g := &s.sleep, s.grid
+	bx, by := h.at(end)
+	const reach = ShipRadius + anchorReach
+	lx, ly := min(ax, bx)-reach, min(ay, by)-reach
+	hx, hy := max(ax, bx)+reach, max(ay, by)+reach
+	cx0, cy0 := g.cellXY(lx-sleepDrift, ly-sleepDrift)
+	cx1, cy1 := g.cellXY(hx+sleepDrift, hy+sleepDrift)
+	for cy := cy0; cy <= cy1; cy++ {
+		for cx := cx0; cx <= cx1; cx++ {
+			for k := g.head[cy*g.nx+cx]; k >= 0; k = g.ships[k].next {
+				e := &g.ships[k]
+				if e.id == h.owner {
+					continue // touching skips the owner
+				}
+				if int(k) >= len(z.anch) {
+					return false
+				}
+				a := &z.anch[k]
+				if a.gen != z.gen || a.id != e.id {
+					return false // not anchored (cannot happen): assume the worst
+				}
+				x, y := int64(a.x), int64(a.y)
+				if x < lx || x > hx || y < ly || y > hy {
+					continue
+				}
+				if _, near := segmentContact(ax, ay, bx, by, x, y, reach); near {
+					return false
+				}
+			}
+		}
 	}
 	return true
 }
@@ -308,7 +369,7 @@ func (s *Sector) pathClear(h *ballHot, b *fineBox, own *sleepOwner) bool {
 		own.known = true
 		if o := int(h.ownerSlot); o >= 0 && o < len(z.anch) {
 			if a := &z.anch[o]; a.gen == z.gen && a.id == h.owner {
-				own.b, own.ok = s.anchorBox(a.x, a.y), true
+				own.b, own.ok = a.box, true
 			}
 		}
 	}

@@ -24,7 +24,8 @@ func (c *callLog) Derived(e, from lineage.EntityID) {
 }
 
 // TestBallSleepSound replays bot battles twice from the same captures, with
-// sleeping cannonballs and without (every ball tested every tick), and
+// sleeping cannonballs and without (every ball through flyBalls' general
+// tests every tick: no sleeping, no quiet flights), and
 // requires the same state hash, outputs and lineage calls at every tick of
 // every sector. The worlds are small and crowded, so that ships appear
 // (joins, arrivals, respawns) and run aground while balls sleep. And at
@@ -57,6 +58,13 @@ func TestBallSleepSound(t *testing.T) {
 		on, off := restoreTape(t, tp), restoreTape(t, tp)
 		for _, s := range off {
 			s.sleep.off = true
+			// Nor quiet flights: every ball through flyBalls' general
+			// tests at every tick, as if the sector had no ballHot.
+			s.sleepCheck = func() {
+				for k := range s.hot {
+					s.hot[k].quiet, s.hot[k].last, s.hot[k].born = 1, 0, false
+				}
+			}
 		}
 		slept, checked := 0, 0
 		for i, s := range on {
@@ -195,5 +203,110 @@ func TestTicksIn(t *testing.T) {
 		if got != want {
 			t.Fatalf("ticksIn(%d, %d, %d, %d) = %d, want %d", p, v, lo, hi, got, want)
 		}
+	}
+}
+
+// TestQuietFlight checks cacheBall's quiet window against stepping the
+// flight through flyBalls' general tests (in flight, in the world, in the
+// sector, not splashing on an island: mayBeIsland and then splashes): the
+// window must end just before the first tick that fails one, for balls
+// fired at and past islands, through island boxes they miss, and from
+// inside islands; and born must say whether the spawn tick passes them.
+func TestQuietFlight(t *testing.T) {
+	cfg := Config{Seed: 9, Width: 3000, Height: 3000, SectorsX: 3, SectorsY: 3, Islands: 40}
+	rng := rand.New(rand.NewPCG(13, 14))
+	grazed, unborn := 0, 0
+	for sec := range cfg.Sectors() {
+		s, err := NewSector(cfg, sec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		isl := s.geo.islands
+		for range 600 {
+			is := isl[rng.IntN(len(isl))]
+			r := int64(is.Radius)
+			x := int64(is.X) + rng.Int64N(8*r+1) - 4*r
+			y := int64(is.Y) + rng.Int64N(8*r+1) - 4*r
+			if !s.bounds.Contains(x, y) {
+				continue
+			}
+			vx, vy := int32(rng.IntN(8001)-4000), int32(rng.IntN(8001)-4000)
+			if rng.IntN(20) == 0 {
+				vx = 0
+			}
+			spawn := uint64(1000 + rng.IntN(50))
+			i, err := s.balls.Alloc()
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := s.balls.Mut(i)
+			w.SetU64(blID, uint64(i+1))
+			w.SetI32(blX0, int32(x))
+			w.SetI32(blY0, int32(y))
+			w.SetI32(blVX, vx)
+			w.SetI32(blVY, vy)
+			w.SetU64(blSpawn, spawn)
+			w.SetU32(blLifetime, uint32(BallLifetime+rng.IntN(11)-5))
+			s.cacheBall(i, -1)
+			h := &s.hot[i]
+			r0 := s.balls.Row(i)
+			px, py := ballAt(r0, spawn)
+			if born := s.geo.inWorld(px, py) && s.bounds.Contains(px, py) && !(s.grid.mayBeIsland(px, py) && s.splashes(px, py)); h.born != born {
+				t.Fatalf("sector %d: ball fired at (%d,%d): born %v, the general tests say %v", sec, px, py, h.born, born)
+			} else if !born {
+				unborn++
+			}
+			want := h.quiet - 1
+			for tk := h.quiet; ; tk++ {
+				px, py := ballAt(r0, tk)
+				if tk-spawn > uint64(r0.U32(blLifetime)) || !s.geo.inWorld(px, py) || !s.bounds.Contains(px, py) ||
+					(s.grid.mayBeIsland(px, py) && s.splashes(px, py)) {
+					break
+				}
+				if s.grid.mayBeIsland(px, py) {
+					grazed++
+				}
+				want = tk
+			}
+			if h.last != want {
+				t.Fatalf("sector %d: ball from (%d,%d) v (%d,%d): quiet %d..%d, stepping gives ..%d", sec, x, y, vx, vy, h.quiet, h.last, want)
+			}
+			s.balls.Free(i)
+		}
+	}
+	if grazed == 0 || unborn == 0 {
+		t.Fatalf("%d quiet ticks in an island's box, %d balls fired on an island: the test exercised too little", grazed, unborn)
+	}
+}
+
+// TestFirstInside checks firstInside against stepping u from 0 to n.
+func TestFirstInside(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	found := 0
+	for range 200000 {
+		r := 1 + rng.Int64N(300)
+		dx, dy := rng.Int64N(4000)-2000, rng.Int64N(4000)-2000
+		vx, vy := rng.Int64N(201)-100, rng.Int64N(201)-100
+		if rng.IntN(10) == 0 {
+			vx, vy = 0, 0
+		}
+		n := uint64(rng.IntN(120))
+		want, wok := uint64(0), false
+		for u := uint64(0); u <= n; u++ {
+			if x, y := dx+vx*int64(u), dy+vy*int64(u); x*x+y*y < r*r {
+				want, wok = u, true
+				break
+			}
+		}
+		got, ok := firstInside(dx, dy, vx, vy, r, n)
+		if ok != wok || got != want && ok {
+			t.Fatalf("firstInside(%d,%d, %d,%d, r %d, n %d) = %d %v, stepping %d %v", dx, dy, vx, vy, r, n, got, ok, want, wok)
+		}
+		if ok {
+			found++
+		}
+	}
+	if found == 0 {
+		t.Fatal("no point ever inside")
 	}
 }

@@ -74,7 +74,7 @@ dst:
 replay-dst:
 	@out=$$($(GO) test -count=1 -timeout 10m -v ./internal/replaydst -replaydst.seeds=$(REPLAY_DST_SEEDS) 2>&1) || { echo "$$out" | grep -v '^        t[0-9]'; exit 1; }; \
 	  echo "$$out" | grep -E '^(replay-dst|--- FAIL|FAIL|ok)|replay:'; \
-	  echo "$$out" | grep -qE '^replay-dst: [0-9]+ seeds, 0 violations' || { echo "replay-dst: no summary line"; exit 1; }; \
+	  grep -qE '^replay-dst: [0-9]+ seeds, 0 violations' <<<"$$out" || { echo "replay-dst: no summary line"; exit 1; }; \
 	  test "$$(echo "$$out" | grep -cE '^replay-dst: injected bug .* caught at seed')" -ge 2 || { echo "replay-dst: an injected bug was not caught"; exit 1; }
 
 ## replay-dst-soak: a long replay simulator soak (SOAK_SEEDS seeds)
@@ -116,7 +116,7 @@ viewer-wasm:
 browser: viewer-wasm
 	@out=$$($(GO) test -count=1 -timeout 10m -tags browser -v -run 'TestBrowser$$' ./cmd/broadside $(BROWSER_FLAGS) 2>&1) || { echo "$$out" | grep -v '^=== RUN' | tail -60; exit 1; }; \
 	  echo "$$out" | grep -E '^(browser:|--- FAIL|FAIL|ok)'; \
-	  echo "$$out" | grep -qE '^browser: viewer ok' || { echo "browser: no summary line"; exit 1; }
+	  grep -qE '^browser: viewer ok' <<<"$$out" || { echo "browser: no summary line"; exit 1; }
 
 ## browser-docs: the browser tests, writing their screenshots to docs/ (browser-why.png, browser-live.png)
 browser-docs:

@@ -74,7 +74,7 @@ func (t *Table) CaptureFull() *Capture {
 // reusing dst's buffers, so a snapshot writer that recycles captures makes
 // the pause allocation-free. dst must not be in use elsewhere.
 func (t *Table) CaptureInto(dst *Capture, full bool) {
-	if len(t.pend) > 0 {
+	if t.pending {
 		t.commit()
 	}
 	t.epoch++
@@ -248,6 +248,7 @@ func (t *Table) rebuild(full *Capture, deltas []*Capture) (*Table, error) {
 	n.slots = int(last.Slots)
 	n.live = append([]uint64(nil), last.Live...)
 	n.pendBits = make([]uint64, len(n.live))
+	n.pendSum = make([]uint64, (len(n.live)+63)>>6)
 	n.dirty = make([]uint64, (npages+63)>>6)
 	n.recHash = make([]uint64, n.slots)
 	n.hash = n.cursorHash()

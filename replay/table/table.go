@@ -108,8 +108,14 @@ type Table struct {
 	cursor int
 	dirty  []uint64 // one bit per page, set by writes since the last capture
 
-	pendBits []uint64 // one bit per slot: record written, hash not updated
-	pend     []int32  // slots with their pendBits set, in write order
+	// pendBits has one bit per slot: record written, hash not updated;
+	// pendSum one bit per word of pendBits that may be nonzero, so that
+	// a commit visits the written records in slot order, a word at a
+	// time, and costs one record hash per record written (plus a word
+	// of pendSum per 4,096 slots), whatever the table's size.
+	pendBits []uint64
+	pendSum  []uint64
+	pending  bool     // some pendBits are set
 	recHash  []uint64 // hash of each live record as of its last update
 	hash     uint64   // sum of recHash over live slots
 	epoch    uint64   // number of the last capture (0: none)
@@ -354,6 +360,9 @@ func (t *Table) grow() {
 		t.live = append(t.live, 0)
 		t.pendBits = append(t.pendBits, 0)
 	}
+	for len(t.pendSum) < (words+63)>>6 {
+		t.pendSum = append(t.pendSum, 0)
+	}
 	for len(t.recHash) < t.slots {
 		t.recHash = append(t.recHash, 0)
 	}
@@ -427,7 +436,8 @@ func (t *Table) Mut(i int) Record {
 	w, b := i>>6, uint64(1)<<(uint(i)&63)
 	if t.pendBits[w]&b == 0 {
 		t.pendBits[w] |= b
-		t.pend = append(t.pend, int32(i))
+		t.pendSum[w>>6] |= 1 << (uint(w) & 63)
+		t.pending = true
 		pg := i >> (t.pageShift & 63)
 		t.dirty[pg>>6] |= 1 << (uint(pg) & 63)
 	}
@@ -450,36 +460,46 @@ func (t *Table) markDirty(i int) {
 }
 
 func (t *Table) markPending(i int) {
-	w, b := i>>6, uint64(1)<<(uint(i)&63)
-	if t.pendBits[w]&b == 0 {
-		t.pendBits[w] |= b
-		t.pend = append(t.pend, int32(i))
-	}
+	w := i >> 6
+	t.pendBits[w] |= 1 << (uint(i) & 63)
+	t.pendSum[w>>6] |= 1 << (uint(w) & 63)
+	t.pending = true
 }
 
-// commit re-hashes the records written since the last commit.
+// commit re-hashes the records written since the last commit, in slot
+// order (the hash is a sum, so the order does not change it). A slot freed
+// after its write is skipped: Free already removed its hash.
 func (t *Table) commit() {
-	for _, s := range t.pend {
-		i := int(s)
-		t.pendBits[i>>6] &^= 1 << (uint(i) & 63)
-		if !t.Live(i) {
-			continue // freed after the write: Free already removed its hash
+	t.pending = false
+	hash := t.hash
+	for sw, sum := range t.pendSum {
+		if sum == 0 {
+			continue
 		}
-		h := HashBytes(recordSeed(t.id, i), t.record(i))
-		t.hash += h - t.recHash[i]
-		t.recHash[i] = h
-		if t.ft != nil {
-			t.sumRecord(i)
+		t.pendSum[sw] = 0
+		for ; sum != 0; sum &= sum - 1 {
+			w := sw<<6 | bits.TrailingZeros64(sum)
+			word := t.pendBits[w] & t.live[w]
+			t.pendBits[w] = 0
+			for ; word != 0; word &= word - 1 {
+				i := w<<6 | bits.TrailingZeros64(word)
+				h := HashBytes(recordSeed(t.id, i), t.record(i))
+				hash += h - t.recHash[i]
+				t.recHash[i] = h
+				if t.ft != nil {
+					t.sumRecord(i)
+				}
+			}
 		}
 	}
-	t.pend = t.pend[:0]
+	t.hash = hash
 }
 
 // Hash returns the table's state hash: the sum of h(id, slot, bytes) over
 // live slots (plus a term for the NextFit cursor). It costs one record hash
 // per record written since the last call.
 func (t *Table) Hash() uint64 {
-	if len(t.pend) > 0 {
+	if t.pending {
 		t.commit()
 	}
 	return t.hash

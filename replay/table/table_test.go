@@ -748,3 +748,64 @@ func TestDecodeRejectsCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCommitAcrossSummaryWords writes scattered records of a table larger
+// than one word of the pending summary (4,096 slots), frees some of them
+// after their write and reallocates a few in the same round: the
+// incremental hash must match the recomputed one after every round, and
+// a round's writes must dirty exactly their pages.
+func TestCommitAcrossSummaryWords(t *testing.T) {
+	const slots = 3*4096 + 100
+	tb := mustNew(t, 9, 24, Options{RecordsPerPage: 16})
+	for range slots {
+		if _, err := tb.Alloc(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb.Capture() // clear the dirty pages
+	rng := uint64(1)
+	next := func(n int) int {
+		rng = Mix64(rng + 0x9e3779b97f4a7c15)
+		return int(rng % uint64(n))
+	}
+	for round := range 40 {
+		pages := map[int]bool{}
+		var freed []int
+		for range 1 + next(200) {
+			i := next(slots)
+			if !tb.Live(i) {
+				continue
+			}
+			r := tb.Mut(i)
+			r.SetU64(next(17), uint64(round)<<32|uint64(i))
+			pages[i/16] = true
+			if next(8) == 0 {
+				tb.Free(i)
+				freed = append(freed, i)
+			}
+		}
+		for range len(freed) / 2 {
+			j, err := tb.Alloc()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages[j/16] = true
+		}
+		if got := tb.DirtyPages(); got != len(pages) {
+			t.Fatalf("round %d: %d dirty pages, want %d", round, got, len(pages))
+		}
+		if h, r := tb.Hash(), tb.RecomputeHash(); h != r {
+			t.Fatalf("round %d: incremental hash %#x, recomputed %#x", round, h, r)
+		}
+		tb.Capture()
+		for tb.Len() < slots { // keep the table full for the next round
+			if _, err := tb.Alloc(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tb.Slots() != slots+12 || tb.Hash() != tb.RecomputeHash() {
+			t.Fatalf("round %d: refilled to %d slots, hash %#x, recomputed %#x", round, tb.Slots(), tb.Hash(), tb.RecomputeHash())
+		}
+		tb.Capture()
+	}
+}

@@ -57,6 +57,10 @@ type syncPipe struct {
 	// broken is set when a write failed: the rounds from it on are held
 	// until the loop takes them back (drain) and writes them again.
 	broken atomic.Bool
+	// held is set while the loop holds a round for a sync in flight: only
+	// then does a returning sync wake it (an idle loop needs no extra
+	// round).
+	held atomic.Bool
 }
 
 type pipeItem struct {
@@ -105,9 +109,11 @@ func (p *syncPipe) run(ctx context.Context) {
 		}
 		if it.wait != nil {
 			p.inFlight.Add(-1)
-			select {
-			case p.wake <- struct{}{}:
-			default:
+			if p.held.Swap(false) || !ok {
+				select {
+				case p.wake <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}
@@ -122,7 +128,14 @@ func (p *syncPipe) close() {
 // hold reports whether the loop should hold its next round (not a
 // tick's): a sync is in flight and the pipe is not broken.
 func (p *syncPipe) hold() bool {
-	return p.inFlight.Load() >= maxSyncsInFlight && !p.broken.Load()
+	// held before inFlight is read: a sync returning after the read sees
+	// it and wakes the loop.
+	p.held.Store(true)
+	if p.inFlight.Load() >= maxSyncsInFlight && !p.broken.Load() {
+		return true
+	}
+	p.held.Store(false)
+	return false
 }
 
 // round carries out one round: writes w (nil: ops are empty) and queues

@@ -60,3 +60,6 @@ func (d *DiskStorage) Close() {
 	}
 	d.closers = nil
 }
+
+// A replica in fsync durability pipelines its WAL writes on wal.Pebble.
+var _ node.PipelinedWAL = (*wal.Pebble)(nil)

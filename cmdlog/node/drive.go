@@ -38,6 +38,10 @@ type Driver[R any] struct {
 	// an uncontended node costs no hand-off; under load messages queue
 	// and the loop steps them in rounds as before.
 	Mu *sync.Mutex
+	// Wake, if set, makes the loop carry out a Ready with nothing new
+	// stepped when it receives (a Ready that held its round until an
+	// event elsewhere, such as a sync returning).
+	Wake <-chan struct{}
 }
 
 // Run drives the core until ctx ends (returning nil) or Ready fails.
@@ -98,6 +102,9 @@ func (d Driver[R]) Run(ctx context.Context) error {
 		case <-tick:
 			d.lock()
 			d.OnTick()
+		case <-d.Wake:
+			d.lock()
+			d.drainInbox()
 		}
 		err := d.Ready()
 		if d.Mu != nil {

@@ -99,27 +99,56 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 		ticked = true
 		r.Tick()
 	}
-	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: onTick, Mu: mu, Ready: func() error {
+	send := func(m msg.Envelope) {
+		if m.To == msg.Coordinator {
+			proxy.handle(ctx, m, func(e msg.Envelope) { cfg.Inbox.Deliver(e) })
+			return
+		}
+		cfg.Transport.Send(m)
+	}
+	// A failed WAL write (ENOSPC, EIO) is retried, not fatal: the
+	// round's acknowledgements wait until the write succeeds.
+	who := fmt.Sprintf("seq %d's WAL", cfg.Core.ID)
+	retry := func(write func() error) error { return persistRetrying(ctx, log, cfg.Health, who, write) }
+	// In fsync durability on a WAL that can wait for a sync apart, the
+	// loop starts each round's write and goes on stepping while a sync
+	// pipe sends the round's messages once its sync (and every earlier
+	// one) returned; heartbeats leave at once, so a slow sync no longer
+	// silences the replica (see syncPipe).
+	var pipe *syncPipe
+	var wake <-chan struct{}
+	pw, pipelined := cfg.WAL.(PipelinedWAL)
+	if cfg.Core.Durability == seq.Fsync && pipelined {
+		pipe = newSyncPipe(ctx, send)
+		defer pipe.close()
+		wake = pipe.wake
+	}
+	return Driver[struct{}]{Inbox: cfg.Inbox, Tick: cfg.Timing.tick(), Step: r.Step, OnTick: onTick, Mu: mu, Wake: wake, Ready: func() error {
+		if pipe != nil && !ticked && pipe.hold() {
+			// What was stepped joins the round carried out when the sync
+			// in flight returns (the pipe wakes the loop).
+			return nil
+		}
 		rd := r.Ready()
 		tick := ticked
 		ticked = false
 		if cfg.Core.Durability == seq.Fsync {
+			rd.Messages = sendLiveness(rd.Messages, send)
 			rd = held.round(rd, tick)
 		}
-		if len(rd.Persist) > 0 {
-			// A failed WAL write (ENOSPC, EIO) is retried, not fatal: the
-			// round's acknowledgements wait until the write succeeds.
-			who := fmt.Sprintf("seq %d's WAL", cfg.Core.ID)
-			if err := persistRetrying(ctx, log, cfg.Health, who, func() error { return cfg.WAL.Append(rd.Persist) }); err != nil {
+		if pipe != nil {
+			if !pipe.round(ctx, pw, retry, rd.Persist, rd.Messages) {
 				return nil // ctx ended: stop without sending what was not stored
 			}
-		}
-		for _, m := range rd.Messages {
-			if m.To == msg.Coordinator {
-				proxy.handle(ctx, m, func(e msg.Envelope) { cfg.Inbox.Deliver(e) })
-				continue
+		} else {
+			if len(rd.Persist) > 0 {
+				if err := retry(func() error { return cfg.WAL.Append(rd.Persist) }); err != nil {
+					return nil // ctx ended: stop without sending what was not stored
+				}
 			}
-			cfg.Transport.Send(m)
+			for _, m := range rd.Messages {
+				send(m)
+			}
 		}
 		for _, v := range r.Violations() {
 			log.Error("invariant violated", "detail", v)
@@ -133,6 +162,21 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 		}
 		return nil
 	}}.Run(ctx)
+}
+
+// sendLiveness sends the liveness messages among ms at once and returns
+// the others, in order.
+func sendLiveness(ms []msg.Envelope, send func(msg.Envelope)) []msg.Envelope {
+	n := 0
+	for _, m := range ms {
+		if liveness(m.Msg) {
+			send(m)
+			continue
+		}
+		ms[n] = m
+		n++
+	}
+	return ms[:n]
 }
 
 // gcHold holds a sequencing replica's rounds whose only writes are GCs

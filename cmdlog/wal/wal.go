@@ -86,26 +86,100 @@ func (w *Pebble) Close() error { return w.db.Close() }
 // duplicated). After a failed write (ENOSPC, EIO) Pebble cannot write again
 // in place, so the next Append first reopens the database.
 func (w *Pebble) Append(ops []seq.PersistOp) (err error) {
+	b, first, err := w.batch(ops)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := w.db.Apply(b.Batch, pebble.Sync); err != nil {
+		w.next = b.next
+		return fmt.Errorf("wal: commit: %w", err)
+	}
+	w.first = first
+	return nil
+}
+
+// Pending is a write Start began: Wait returns once it is synced.
+type Pending struct {
+	w           *Pebble
+	b           *pebble.Batch
+	next, first uint64 // the WAL's keys before the write
+}
+
+// Start writes ops like Append but returns before they are synced: the
+// caller may start the next writes (which Pebble group-commits with this
+// one's sync) and must call Wait on the result, from any goroutine, in the
+// order of the Starts. Nothing of ops is durable before Wait returned nil;
+// then every write started before it is synced too. After a failed Start
+// or Wait, Rewind to the first write that failed and write it and every
+// write started after it again with Append (which reopens the database
+// first), in order: they get the same keys.
+func (w *Pebble) Start(ops []seq.PersistOp) (*Pending, error) {
+	b, first, err := w.batch(ops)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pending{w: w, b: b.Batch, next: b.next, first: w.first}
+	if err := w.db.ApplyNoSyncWait(b.Batch, pebble.Sync); err != nil {
+		b.Close()
+		w.next = b.next
+		return nil, fmt.Errorf("wal: commit: %w", err)
+	}
+	w.first = first
+	return p, nil
+}
+
+// Wait waits until the write is synced, and releases it.
+func (p *Pending) Wait() error {
+	err := p.w.db.SyncWait(p.b)
+	p.b.Close()
+	if err != nil {
+		return fmt.Errorf("wal: sync: %w", err)
+	}
+	return nil
+}
+
+// StartAppend is Start in the shape of node.PipelinedWAL.
+func (w *Pebble) StartAppend(ops []seq.PersistOp) (wait func() error, rewind func(), err error) {
+	p, err := w.Start(ops)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.Wait, func() { w.Rewind(p) }, nil
+}
+
+// Rewind makes the next write take the keys p's write took (p failed, or
+// a write started before it did). Only on the goroutine that calls Start
+// and Append.
+func (w *Pebble) Rewind(p *Pending) { w.next, w.first = p.next, p.first }
+
+type walBatch struct {
+	*pebble.Batch
+	next uint64 // the WAL's next key before the batch
+}
+
+// batch encodes ops into a new batch under the next keys (advancing
+// w.next) and returns the key of the oldest operation kept after it.
+func (w *Pebble) batch(ops []seq.PersistOp) (_ walBatch, first uint64, err error) {
 	if w.db.Failed() != nil {
 		if err := w.db.Reopen(); err != nil {
-			return fmt.Errorf("wal: reopen after a failed write: %w", err)
+			return walBatch{}, 0, fmt.Errorf("wal: reopen after a failed write: %w", err)
 		}
 	}
-	startNext := w.next
+	b := walBatch{Batch: w.db.NewBatch(), next: w.next}
 	defer func() {
 		if err != nil {
-			w.next = startNext
+			b.Close()
+			w.next = b.next
 		}
 	}()
-	b := w.db.NewBatch()
-	defer b.Close()
 	var key [8]byte
-	first := w.first
+	first = w.first
 	for _, op := range ops {
 		w.buf = encodeOp(w.buf[:0], op)
 		binary.BigEndian.PutUint64(key[:], w.next)
 		if err := b.Set(key[:], w.buf, nil); err != nil {
-			return fmt.Errorf("wal: append: %w", err)
+			return walBatch{}, 0, fmt.Errorf("wal: append: %w", err)
 		}
 		if op.Kind == seq.PersistCheckpoint {
 			first = w.next
@@ -117,14 +191,10 @@ func (w *Pebble) Append(ops []seq.PersistOp) (err error) {
 		binary.BigEndian.PutUint64(from[:], w.first)
 		binary.BigEndian.PutUint64(key[:], first)
 		if err := b.DeleteRange(from[:], key[:], nil); err != nil {
-			return fmt.Errorf("wal: delete before checkpoint: %w", err)
+			return walBatch{}, 0, fmt.Errorf("wal: delete before checkpoint: %w", err)
 		}
 	}
-	if err := w.db.Apply(b, pebble.Sync); err != nil {
-		return fmt.Errorf("wal: commit: %w", err)
-	}
-	w.first = first
-	return nil
+	return b, first, nil
 }
 
 // Load returns every operation in the WAL, in order.

@@ -153,3 +153,45 @@ func FuzzDecodeOp(f *testing.F) {
 		}
 	})
 }
+
+// TestStartWaitRewind: writes started one after the other and waited for
+// in order load as if appended; after Rewind to a started write, writing
+// it and the writes after it again with Append gives the same operations
+// under the same keys (nothing twice).
+func TestStartWaitRewind(t *testing.T) {
+	fs := vfs.NewMem()
+	w, err := Open("wal", Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ops := sampleOps()
+	var waits []func() error
+	var rewinds []func()
+	for i := range ops {
+		wait, rewind, err := w.StartAppend(ops[i : i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits, rewinds = append(waits, wait), append(rewinds, rewind)
+	}
+	for _, wait := range waits {
+		if err := wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := w.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, ops) {
+		t.Fatalf("loaded %+v\nwant %+v", got, ops)
+	}
+	rewinds[1]()
+	if err := w.Append(ops[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = w.Load(); !reflect.DeepEqual(got, ops) {
+		t.Fatalf("after the rewind and rewrite: %d ops, want %d", len(got), len(ops))
+	}
+}

@@ -194,6 +194,35 @@ func (d *DB) fail(err error, wedged bool) {
 // failed). The caller must not use the database concurrently with a
 // failing Apply and Reopen (readers between them are fine).
 func (d *DB) Apply(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
+	return d.apply(b, opts, d.DB.Apply)
+}
+
+// ApplyNoSyncWait commits b like Apply but returns once b is in the WAL's
+// queue and the memtable, before the WAL is synced; opts must ask for a
+// sync. Nothing b holds is durable until SyncWait(b) returned nil, which
+// the caller must call (once) before closing b. Batches applied one after
+// the other are synced in that order: a nil SyncWait of one means every
+// batch applied before it is synced too. This lets a writer group-commit
+// its next batches while an earlier sync is in flight.
+func (d *DB) ApplyNoSyncWait(b *pebble.Batch, opts *pebble.WriteOptions) error {
+	return d.apply(b, opts, d.DB.ApplyNoSyncWait)
+}
+
+// SyncWait waits for the sync of b, applied with ApplyNoSyncWait. A failed
+// sync leaves the instance failed, as a failed Apply does (the owner
+// reopens it before writing again).
+func (d *DB) SyncWait(b *pebble.Batch) error {
+	if err := b.SyncWait(); err != nil {
+		if f := d.g.Fault(); f != nil {
+			err = fmt.Errorf("pebble: sync failed: %w", f)
+		}
+		d.fail(err, false)
+		return err
+	}
+	return nil
+}
+
+func (d *DB) apply(b *pebble.Batch, opts *pebble.WriteOptions, apply func(*pebble.Batch, *pebble.WriteOptions) error) (err error) {
 	if f := d.Failed(); f != nil {
 		return fmt.Errorf("%w: %w", ErrFailed, f)
 	}
@@ -216,7 +245,7 @@ func (d *DB) Apply(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
 			panic(r)
 		}
 	}()
-	if err := d.DB.Apply(b, opts); err != nil {
+	if err := apply(b, opts); err != nil {
 		d.fail(err, false)
 		return err
 	}

@@ -65,6 +65,7 @@ package broadside
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -474,7 +475,8 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 	defer s.grid.end()
 	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
 		r := s.ships.Row(i)
-		if r.U8(shSunk) != 0 {
+		_ = r[shipSize-1] // the reads below without bounds checks
+		if r[shSunk] != 0 {
 			if s.tick >= r.U64(shRespawnAt) {
 				s.respawn(i)
 			}
@@ -483,9 +485,10 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 			}
 			continue
 		}
-		p := s.players.Row(int(r.U32(shPlayerSlot)))
-		if firePos := p.U64(plFirePos); firePos > r.U64(shFireHandled) {
-			side := Side(p.U8(plFireSide))
+		p := s.players.Row(int(binary.LittleEndian.Uint32(r[shPlayerSlot:])))
+		_ = p[playerSize-1]
+		if firePos := binary.LittleEndian.Uint64(p[plFirePos:]); firePos > binary.LittleEndian.Uint64(r[shFireHandled:]) {
+			side := Side(p[plFireSide])
 			readyAt := shPortReady
 			if side == Starboard {
 				readyAt = shStbdReady
@@ -499,11 +502,11 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 			// Not loaded yet: the order stays pending until it is.
 		}
 		x, y := s.moveShipBy(i, p)
-		if !s.owned.Contains(int64(x), int64(y)) {
+		if o := &s.owned; x < o.X0 || x >= o.X1 || y < o.Y0 || y >= o.Y1 {
 			s.emigrateShip(i, s.geo.sectorAt(int64(x), int64(y)))
 			continue
 		}
-		s.grid.put(i, x, y, r.U64(shID), false) // afloat: only flyBalls sinks
+		s.grid.put(i, x, y, binary.LittleEndian.Uint64(r[shID:]), false) // afloat: only flyBalls sinks
 	}
 }
 
@@ -516,10 +519,16 @@ func (s *Sector) moveShip(i int) {
 // moveShipBy is moveShip with the ship's player record p, and returns the
 // ship's position after the move.
 func (s *Sector) moveShipBy(i int, p table.Record) (int32, int32) {
+	// The motion record in two words (position; speed and heading, and
+	// the two bytes after them, kept as they are), the controls in one.
 	r := s.motion.Row(i)
-	throttle, rudder := int32(p.I8(plThrottle)), int32(p.I8(plRudder))
-	speed, heading := r.I32(mvSpeed), r.U16(mvHeading)
-	x, y := r.I32(mvX), r.I32(mvY)
+	_ = r[motionSize-1]
+	pos, way := binary.LittleEndian.Uint64(r[mvX:]), binary.LittleEndian.Uint64(r[mvSpeed:])
+	x, y := int32(uint32(pos)), int32(uint32(pos>>32))
+	speed0, heading0 := int32(uint32(way)), uint16(way>>32)
+	ctl := binary.LittleEndian.Uint16(p[plThrottle:])
+	throttle, rudder := int32(int8(ctl)), int32(int8(ctl>>8))
+	speed, heading := speed0, heading0
 
 	target := throttle * MaxSpeed / 100
 	if throttle < 0 {
@@ -557,16 +566,28 @@ func (s *Sector) moveShipBy(i int, p table.Record) (int32, int32) {
 	nx = min(max(nx, ShipRadius), int64(s.geo.w)-ShipRadius)
 	ny = min(max(ny, ShipRadius), int64(s.geo.h)-ShipRadius)
 
-	if speed == r.I32(mvSpeed) && heading == r.U16(mvHeading) && int32(nx) == x && int32(ny) == y {
+	if speed == speed0 && heading == heading0 && int32(nx) == x && int32(ny) == y {
 		return x, y // nothing changed: no write, nothing to hash or capture
 	}
 	w := s.motion.Mut(i)
-	w.SetI32(mvSpeed, speed)
-	w.SetU16(mvHeading, heading)
-	w.SetI32(mvX, int32(nx))
-	w.SetI32(mvY, int32(ny))
+	_ = w[motionSize-1]
+	binary.LittleEndian.PutUint64(w[mvX:], uint64(uint32(int32(nx)))|uint64(uint32(int32(ny)))<<32)
+	binary.LittleEndian.PutUint64(w[mvSpeed:], uint64(uint32(speed))|uint64(heading)<<32|way&^(1<<48-1))
 	return int32(nx), int32(ny)
 }
+
+// The motion record's words as moveShipBy reads and writes them, and the
+// controls' bytes.
+var (
+	_ [mvY - mvX - 4]struct{}
+	_ [4 - (mvY - mvX)]struct{}
+	_ [mvHeading - mvSpeed - 4]struct{}
+	_ [4 - (mvHeading - mvSpeed)]struct{}
+	_ [mvSpeed - 8]struct{}
+	_ [8 - mvSpeed]struct{}
+	_ [plRudder - plThrottle - 1]struct{}
+	_ [1 - (plRudder - plThrottle)]struct{}
+)
 
 // islandsNear returns the islands ship i at (x, y) may be aground on
 // (grid.islandsNear), none if the grid's bits rule every one out. A fine

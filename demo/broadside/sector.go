@@ -473,6 +473,11 @@ func (s *Sector) applyMigration(c *replay.Command, rec lineage.Recorder) {
 func (s *Sector) sailShips(rec lineage.Recorder) {
 	s.grid.begin()
 	defer s.grid.end()
+	// In an epoch's later ticks every ship put is checked against its
+	// anchor (prepareSleep anchors anew those that left it).
+	z := &s.sleep
+	z.drifted = z.drifted[:0]
+	chk := z.continues(s.tick)
 	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
 		r := s.ships.Row(i)
 		_ = r[shipSize-1] // the reads below without bounds checks
@@ -481,7 +486,10 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 				s.respawn(i)
 			}
 			if s.ships.Live(i) { // not migrated on respawning
-				s.addToGrid(i)
+				x, y, id := s.addToGrid(i)
+				if chk {
+					z.check(i, id, x, y)
+				}
 			}
 			continue
 		}
@@ -506,7 +514,11 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 			s.emigrateShip(i, s.geo.sectorAt(int64(x), int64(y)))
 			continue
 		}
-		s.grid.put(i, x, y, binary.LittleEndian.Uint64(r[shID:]), false) // afloat: only flyBalls sinks
+		id := binary.LittleEndian.Uint64(r[shID:])
+		s.grid.put(i, x, y, id, false) // afloat: only flyBalls sinks
+		if chk {
+			z.check(i, id, x, y)
+		}
 	}
 }
 
@@ -630,6 +642,7 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 	}
 	cosH, sinH, cosO, sinO := Cos(heading), Sin(heading), Cos(out), Sin(out)
 	shipVX, shipVY := mulQ16(speed, cosH), mulQ16(speed, sinH)
+	fired := uint64(0)
 	for g := int32(0); g < Guns; g++ {
 		along := -GunSpan/2 + g*GunSpan/(Guns-1)
 		bx := x + mulQ16(along, cosH) + mulQ16(GunAbeam, cosO)
@@ -639,10 +652,9 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 		lifetime := uint32(BallLifetime + rng.between(-5, 5))
 		b, err := s.balls.Alloc()
 		if err != nil {
-			return // the sector is full of cannonballs: the guns misfire
+			break // the sector is full of cannonballs: the guns misfire
 		}
-		m := s.meta.Mut(0)
-		m.SetU64(metaBallSerial, m.U64(metaBallSerial)+1)
+		fired++
 		id := broadsideBallID(player, s.tick, side, g)
 		w := s.balls.Mut(b)
 		w.SetU64(blID, uint64(id))
@@ -655,6 +667,10 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 		w.SetU32(blLifetime, lifetime)
 		s.cacheBall(b, int32(i))
 		rec.Derived(id, lineage.EntityID(owner))
+	}
+	if fired > 0 { // the serial counts the balls fired, once a broadside
+		m := s.meta.Mut(0)
+		m.SetU64(metaBallSerial, m.U64(metaBallSerial)+fired)
 	}
 }
 
@@ -700,10 +716,13 @@ func (s *Sector) bumpMigrated() {
 	m.SetU64(metaMigrated, m.U64(metaMigrated)+1)
 }
 
-// addToGrid buckets ship i in the grid as it stands.
-func (s *Sector) addToGrid(i int) {
+// addToGrid buckets ship i in the grid as it stands, and returns its
+// position and id.
+func (s *Sector) addToGrid(i int) (x, y int32, id uint64) {
 	r, m := s.ships.Row(i), s.motion.Row(i)
-	s.grid.put(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
+	x, y, id = m.I32(mvX), m.I32(mvY), r.U64(shID)
+	s.grid.put(i, x, y, id, r.U8(shSunk) != 0)
+	return x, y, id
 }
 
 // ballAt returns ball r's position at tick t.
@@ -897,11 +916,10 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 			if !s.grid.mayTouch(ax, ay, x, y) {
 				continue
 			}
-			r := s.balls.Row(i)
 			lo := len(s.touches)
-			s.touches = s.grid.touching(ax, ay, x, y, r.U64(blOwner), s.touches)
+			s.touches = s.grid.touching(ax, ay, x, y, h.owner, s.touches)
 			if len(s.touches) > lo {
-				s.flights = append(s.flights, flight{slot: int32(i), lo: int32(lo), hi: int32(len(s.touches)), id: r.U64(blID), spawn: h.spawn, continued: continued})
+				s.flights = append(s.flights, flight{slot: int32(i), lo: int32(lo), hi: int32(len(s.touches)), id: s.balls.Row(i).U64(blID), spawn: h.spawn, continued: continued})
 			}
 			continue
 		}

@@ -104,6 +104,29 @@ type sleeper struct {
 	// stale: waking an awake ball does nothing).
 	wake  [sleepEpoch][]int32
 	moved []fineBox // scratch: the boxes anchored anew this tick
+	// drifted lists the ship slots put in this tick's grid away from
+	// their anchors (or not anchored in this epoch), found by check as
+	// the ships are put, when the tick continues an epoch.
+	drifted []int32
+}
+
+// continues reports whether tick t continues the running epoch (then
+// prepareSleep anchors anew only the ships check listed).
+func (z *sleeper) continues(t uint64) bool {
+	return !z.off && z.on && t == z.last+1 && t < z.epoch+sleepEpoch
+}
+
+// check lists ship slot i, with id at (x, y) in this tick's grid, in
+// drifted if it is not within sleepDrift of its anchor of this epoch.
+func (z *sleeper) check(i int, id uint64, x, y int32) {
+	if i < len(z.anch) {
+		if a := &z.anch[i]; a.gen == z.gen && a.id == id {
+			if dx, dy := x-a.x, y-a.y; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {
+				return
+			}
+		}
+	}
+	z.drifted = append(z.drifted, int32(i))
 }
 
 // shipAnchor is where a ship slot's ship was anchored, valid in the
@@ -204,19 +227,15 @@ func (s *Sector) prepareSleep() {
 		z.awaken(int(i))
 	}
 	*due = (*due)[:0]
+	// The ships that left their anchored boxes (sailShips checked each
+	// as it put it in the grid: continues was true).
 	z.moved = z.moved[:0]
-	for _, slot := range s.grid.order {
-		g := &s.grid.ships[slot]
-		i := int(g.slot)
-		if i < len(z.anch) {
-			if a := &z.anch[i]; a.gen == z.gen && a.id == g.id {
-				if dx, dy := g.x-a.x, g.y-a.y; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {
-					continue
-				}
-			}
+	for _, slot := range z.drifted {
+		if g := &s.grid.ships[slot]; g.round == s.grid.round && g.cell >= 0 {
+			z.moved = append(z.moved, s.anchor(int(slot), g.id, g.x, g.y))
 		}
-		z.moved = append(z.moved, s.anchor(i, g.id, g.x, g.y))
 	}
+	z.drifted = z.drifted[:0]
 	if len(z.moved) == 0 || z.nAsleep == 0 {
 		return
 	}

@@ -515,7 +515,11 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 			continue
 		}
 		id := binary.LittleEndian.Uint64(r[shID:])
-		s.grid.put(i, x, y, id, false) // afloat: only flyBalls sinks
+		if g := s.grid; g.putKept(i, x, y, id) {
+			g.order = append(g.order, int32(i))
+		} else {
+			g.put(i, x, y, id, false) // afloat: only flyBalls sinks
+		}
 		if chk {
 			z.check(i, id, x, y)
 		}

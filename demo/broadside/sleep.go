@@ -141,16 +141,20 @@ type shipAnchor struct {
 // bandShift is log2 of the fine rows in a band of sleeper.band.
 const bandShift = 3
 
-func setBit(b []uint64, i int) []uint64 {
-	for i>>6 >= len(b) {
-		b = append(b, 0)
-	}
-	b[i>>6] |= 1 << (uint(i) & 63)
-	return b
-}
-
 func hasBit(b []uint64, i int) bool {
 	return i>>6 < len(b) && b[i>>6]&(1<<(uint(i)&63)) != 0
+}
+
+// grow makes room for ball slot i in asleep and box (with room for
+// more: a sector's balls grow by a broadside at a time).
+func (z *sleeper) grow(i int) {
+	n := max(2*(i+1), 1024)
+	for n>>6 >= len(z.asleep) {
+		z.asleep = append(z.asleep, 0)
+	}
+	for n > len(z.box) {
+		z.box = append(z.box, fineBox{})
+	}
 }
 
 // awaken wakes ball slot i if it sleeps.
@@ -298,10 +302,10 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 			}
 		}
 	}
-	z.asleep = setBit(z.asleep, i)
-	for i >= len(z.box) {
-		z.box = append(z.box, fineBox{})
+	if i >= len(z.box) || i>>6 >= len(z.asleep) {
+		z.grow(i)
 	}
+	z.asleep[i>>6] |= 1 << (uint(i) & 63)
 	z.box[i] = b
 	for j := int(b.y0) >> bandShift; j <= int(b.y1)>>bandShift; j++ {
 		z.band[j] = append(z.band[j], int32(i))

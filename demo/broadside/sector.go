@@ -911,7 +911,7 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 			if !continued {
 				ax, ay = x, y // fired this tick: the gun's position alone
 			}
-			if t > h.noSleepTo && s.trySleep(i, h, t, ax, ay) { // (no call in the backoff)
+			if s.trySleep(i, h, t, ax, ay) {
 				continue // this tick's path is clear too
 			}
 			// (No owner prefilter, grid.mayTouchBut, here: on the late

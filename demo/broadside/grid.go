@@ -484,6 +484,24 @@ func (g *grid) put(slot int, x, y int32, id uint64, sunk bool) {
 	g.order = append(g.order, int32(slot))
 }
 
+// putKept is put's common case, small enough to inline into the ships'
+// loop: the ship in slot, afloat, not yet put this round, is bucketed and
+// stays in its kept cell and box. It reports false (nothing done)
+// otherwise; put then does the rest. On true the caller appends slot to
+// order (outside, so that this inlines). (put grows ships before keep, so a
+// slot of keep is one of ships.)
+func (g *grid) putKept(slot int, x, y int32, id uint64) bool {
+	if slot >= len(g.keep) || !g.keep[slot].holds(int64(x), int64(y)) {
+		return false
+	}
+	e := &g.ships[slot]
+	if e.cell < 0 {
+		return false
+	}
+	e.x, e.y, e.id, e.sunk, e.round = x, y, id, false, g.round
+	return true // the caller appends slot to order
+}
+
 // end removes the ships of the last round not put in this one; the grid
 // is then ready for hit tests.
 func (g *grid) end() {

@@ -65,6 +65,7 @@ package broadside
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -472,20 +473,30 @@ func (s *Sector) applyMigration(c *replay.Command, rec lineage.Recorder) {
 func (s *Sector) sailShips(rec lineage.Recorder) {
 	s.grid.begin()
 	defer s.grid.end()
+	// In an epoch's later ticks every ship put is checked against its
+	// anchor (prepareSleep anchors anew those that left it).
+	z := &s.sleep
+	z.drifted = z.drifted[:0]
+	chk := z.continues(s.tick)
 	for i := s.ships.NextLive(0); i >= 0; i = s.ships.NextLive(i + 1) {
 		r := s.ships.Row(i)
-		if r.U8(shSunk) != 0 {
+		_ = r[shipSize-1] // the reads below without bounds checks
+		if r[shSunk] != 0 {
 			if s.tick >= r.U64(shRespawnAt) {
 				s.respawn(i)
 			}
 			if s.ships.Live(i) { // not migrated on respawning
-				s.addToGrid(i)
+				x, y, id := s.addToGrid(i)
+				if chk {
+					z.check(i, id, x, y)
+				}
 			}
 			continue
 		}
-		p := s.players.Row(int(r.U32(shPlayerSlot)))
-		if firePos := p.U64(plFirePos); firePos > r.U64(shFireHandled) {
-			side := Side(p.U8(plFireSide))
+		p := s.players.Row(int(binary.LittleEndian.Uint32(r[shPlayerSlot:])))
+		_ = p[playerSize-1]
+		if firePos := binary.LittleEndian.Uint64(p[plFirePos:]); firePos > binary.LittleEndian.Uint64(r[shFireHandled:]) {
+			side := Side(p[plFireSide])
 			readyAt := shPortReady
 			if side == Starboard {
 				readyAt = shStbdReady
@@ -499,11 +510,19 @@ func (s *Sector) sailShips(rec lineage.Recorder) {
 			// Not loaded yet: the order stays pending until it is.
 		}
 		x, y := s.moveShipBy(i, p)
-		if !s.owned.Contains(int64(x), int64(y)) {
+		if o := &s.owned; x < o.X0 || x >= o.X1 || y < o.Y0 || y >= o.Y1 {
 			s.emigrateShip(i, s.geo.sectorAt(int64(x), int64(y)))
 			continue
 		}
-		s.grid.put(i, x, y, r.U64(shID), false) // afloat: only flyBalls sinks
+		id := binary.LittleEndian.Uint64(r[shID:])
+		if g := s.grid; g.putKept(i, x, y, id) {
+			g.order = append(g.order, int32(i))
+		} else {
+			g.put(i, x, y, id, false) // afloat: only flyBalls sinks
+		}
+		if chk {
+			z.check(i, id, x, y)
+		}
 	}
 }
 
@@ -516,10 +535,16 @@ func (s *Sector) moveShip(i int) {
 // moveShipBy is moveShip with the ship's player record p, and returns the
 // ship's position after the move.
 func (s *Sector) moveShipBy(i int, p table.Record) (int32, int32) {
+	// The motion record in two words (position; speed and heading, and
+	// the two bytes after them, kept as they are), the controls in one.
 	r := s.motion.Row(i)
-	throttle, rudder := int32(p.I8(plThrottle)), int32(p.I8(plRudder))
-	speed, heading := r.I32(mvSpeed), r.U16(mvHeading)
-	x, y := r.I32(mvX), r.I32(mvY)
+	_ = r[motionSize-1]
+	pos, way := binary.LittleEndian.Uint64(r[mvX:]), binary.LittleEndian.Uint64(r[mvSpeed:])
+	x, y := int32(uint32(pos)), int32(uint32(pos>>32))
+	speed0, heading0 := int32(uint32(way)), uint16(way>>32)
+	ctl := binary.LittleEndian.Uint16(p[plThrottle:])
+	throttle, rudder := int32(int8(ctl)), int32(int8(ctl>>8))
+	speed, heading := speed0, heading0
 
 	target := throttle * MaxSpeed / 100
 	if throttle < 0 {
@@ -557,16 +582,28 @@ func (s *Sector) moveShipBy(i int, p table.Record) (int32, int32) {
 	nx = min(max(nx, ShipRadius), int64(s.geo.w)-ShipRadius)
 	ny = min(max(ny, ShipRadius), int64(s.geo.h)-ShipRadius)
 
-	if speed == r.I32(mvSpeed) && heading == r.U16(mvHeading) && int32(nx) == x && int32(ny) == y {
+	if speed == speed0 && heading == heading0 && int32(nx) == x && int32(ny) == y {
 		return x, y // nothing changed: no write, nothing to hash or capture
 	}
 	w := s.motion.Mut(i)
-	w.SetI32(mvSpeed, speed)
-	w.SetU16(mvHeading, heading)
-	w.SetI32(mvX, int32(nx))
-	w.SetI32(mvY, int32(ny))
+	_ = w[motionSize-1]
+	binary.LittleEndian.PutUint64(w[mvX:], uint64(uint32(int32(nx)))|uint64(uint32(int32(ny)))<<32)
+	binary.LittleEndian.PutUint64(w[mvSpeed:], uint64(uint32(speed))|uint64(heading)<<32|way&^(1<<48-1))
 	return int32(nx), int32(ny)
 }
+
+// The motion record's words as moveShipBy reads and writes them, and the
+// controls' bytes.
+var (
+	_ [mvY - mvX - 4]struct{}
+	_ [4 - (mvY - mvX)]struct{}
+	_ [mvHeading - mvSpeed - 4]struct{}
+	_ [4 - (mvHeading - mvSpeed)]struct{}
+	_ [mvSpeed - 8]struct{}
+	_ [8 - mvSpeed]struct{}
+	_ [plRudder - plThrottle - 1]struct{}
+	_ [1 - (plRudder - plThrottle)]struct{}
+)
 
 // islandsNear returns the islands ship i at (x, y) may be aground on
 // (grid.islandsNear), none if the grid's bits rule every one out. A fine
@@ -609,6 +646,7 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 	}
 	cosH, sinH, cosO, sinO := Cos(heading), Sin(heading), Cos(out), Sin(out)
 	shipVX, shipVY := mulQ16(speed, cosH), mulQ16(speed, sinH)
+	fired := uint64(0)
 	for g := int32(0); g < Guns; g++ {
 		along := -GunSpan/2 + g*GunSpan/(Guns-1)
 		bx := x + mulQ16(along, cosH) + mulQ16(GunAbeam, cosO)
@@ -618,10 +656,9 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 		lifetime := uint32(BallLifetime + rng.between(-5, 5))
 		b, err := s.balls.Alloc()
 		if err != nil {
-			return // the sector is full of cannonballs: the guns misfire
+			break // the sector is full of cannonballs: the guns misfire
 		}
-		m := s.meta.Mut(0)
-		m.SetU64(metaBallSerial, m.U64(metaBallSerial)+1)
+		fired++
 		id := broadsideBallID(player, s.tick, side, g)
 		w := s.balls.Mut(b)
 		w.SetU64(blID, uint64(id))
@@ -634,6 +671,10 @@ func (s *Sector) fire(i int, side Side, rec lineage.Recorder) {
 		w.SetU32(blLifetime, lifetime)
 		s.cacheBall(b, int32(i))
 		rec.Derived(id, lineage.EntityID(owner))
+	}
+	if fired > 0 { // the serial counts the balls fired, once a broadside
+		m := s.meta.Mut(0)
+		m.SetU64(metaBallSerial, m.U64(metaBallSerial)+fired)
 	}
 }
 
@@ -679,10 +720,13 @@ func (s *Sector) bumpMigrated() {
 	m.SetU64(metaMigrated, m.U64(metaMigrated)+1)
 }
 
-// addToGrid buckets ship i in the grid as it stands.
-func (s *Sector) addToGrid(i int) {
+// addToGrid buckets ship i in the grid as it stands, and returns its
+// position and id.
+func (s *Sector) addToGrid(i int) (x, y int32, id uint64) {
 	r, m := s.ships.Row(i), s.motion.Row(i)
-	s.grid.put(i, m.I32(mvX), m.I32(mvY), r.U64(shID), r.U8(shSunk) != 0)
+	x, y, id = m.I32(mvX), m.I32(mvY), r.U64(shID)
+	s.grid.put(i, x, y, id, r.U8(shSunk) != 0)
+	return x, y, id
 }
 
 // ballAt returns ball r's position at tick t.
@@ -876,11 +920,10 @@ func (s *Sector) flyBalls(rec lineage.Recorder) {
 			if !s.grid.mayTouch(ax, ay, x, y) {
 				continue
 			}
-			r := s.balls.Row(i)
 			lo := len(s.touches)
-			s.touches = s.grid.touching(ax, ay, x, y, r.U64(blOwner), s.touches)
+			s.touches = s.grid.touching(ax, ay, x, y, h.owner, s.touches)
 			if len(s.touches) > lo {
-				s.flights = append(s.flights, flight{slot: int32(i), lo: int32(lo), hi: int32(len(s.touches)), id: r.U64(blID), spawn: h.spawn, continued: continued})
+				s.flights = append(s.flights, flight{slot: int32(i), lo: int32(lo), hi: int32(len(s.touches)), id: s.balls.Row(i).U64(blID), spawn: h.spawn, continued: continued})
 			}
 			continue
 		}

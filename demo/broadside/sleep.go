@@ -104,6 +104,29 @@ type sleeper struct {
 	// stale: waking an awake ball does nothing).
 	wake  [sleepEpoch][]int32
 	moved []fineBox // scratch: the boxes anchored anew this tick
+	// drifted lists the ship slots put in this tick's grid away from
+	// their anchors (or not anchored in this epoch), found by check as
+	// the ships are put, when the tick continues an epoch.
+	drifted []int32
+}
+
+// continues reports whether tick t continues the running epoch (then
+// prepareSleep anchors anew only the ships check listed).
+func (z *sleeper) continues(t uint64) bool {
+	return !z.off && z.on && t == z.last+1 && t < z.epoch+sleepEpoch
+}
+
+// check lists ship slot i, with id at (x, y) in this tick's grid, in
+// drifted if it is not within sleepDrift of its anchor of this epoch.
+func (z *sleeper) check(i int, id uint64, x, y int32) {
+	if i < len(z.anch) {
+		if a := &z.anch[i]; a.gen == z.gen && a.id == id {
+			if dx, dy := x-a.x, y-a.y; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {
+				return
+			}
+		}
+	}
+	z.drifted = append(z.drifted, int32(i))
 }
 
 // shipAnchor is where a ship slot's ship was anchored, valid in the
@@ -118,16 +141,20 @@ type shipAnchor struct {
 // bandShift is log2 of the fine rows in a band of sleeper.band.
 const bandShift = 3
 
-func setBit(b []uint64, i int) []uint64 {
-	for i>>6 >= len(b) {
-		b = append(b, 0)
-	}
-	b[i>>6] |= 1 << (uint(i) & 63)
-	return b
-}
-
 func hasBit(b []uint64, i int) bool {
 	return i>>6 < len(b) && b[i>>6]&(1<<(uint(i)&63)) != 0
+}
+
+// grow makes room for ball slot i in asleep and box (with room for
+// more: a sector's balls grow by a broadside at a time).
+func (z *sleeper) grow(i int) {
+	n := max(2*(i+1), 1024)
+	for n>>6 >= len(z.asleep) {
+		z.asleep = append(z.asleep, 0)
+	}
+	for n > len(z.box) {
+		z.box = append(z.box, fineBox{})
+	}
 }
 
 // awaken wakes ball slot i if it sleeps.
@@ -204,19 +231,15 @@ func (s *Sector) prepareSleep() {
 		z.awaken(int(i))
 	}
 	*due = (*due)[:0]
+	// The ships that left their anchored boxes (sailShips checked each
+	// as it put it in the grid: continues was true).
 	z.moved = z.moved[:0]
-	for _, slot := range s.grid.order {
-		g := &s.grid.ships[slot]
-		i := int(g.slot)
-		if i < len(z.anch) {
-			if a := &z.anch[i]; a.gen == z.gen && a.id == g.id {
-				if dx, dy := g.x-a.x, g.y-a.y; dx >= -sleepDrift && dx <= sleepDrift && dy >= -sleepDrift && dy <= sleepDrift {
-					continue
-				}
-			}
+	for _, slot := range z.drifted {
+		if g := &s.grid.ships[slot]; g.round == s.grid.round && g.cell >= 0 {
+			z.moved = append(z.moved, s.anchor(int(slot), g.id, g.x, g.y))
 		}
-		z.moved = append(z.moved, s.anchor(i, g.id, g.x, g.y))
 	}
+	z.drifted = z.drifted[:0]
 	if len(z.moved) == 0 || z.nAsleep == 0 {
 		return
 	}
@@ -279,10 +302,10 @@ func (s *Sector) trySleep(i int, h *ballHot, t uint64, ax, ay int64) bool {
 			}
 		}
 	}
-	z.asleep = setBit(z.asleep, i)
-	for i >= len(z.box) {
-		z.box = append(z.box, fineBox{})
+	if i >= len(z.box) || i>>6 >= len(z.asleep) {
+		z.grow(i)
 	}
+	z.asleep[i>>6] |= 1 << (uint(i) & 63)
 	z.box[i] = b
 	for j := int(b.y0) >> bandShift; j <= int(b.y1)>>bandShift; j++ {
 		z.band[j] = append(z.band[j], int32(i))

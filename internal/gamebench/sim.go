@@ -566,6 +566,13 @@ func (l *timedLog) AppendWithID(ctx context.Context, id msg.RecordID, data []byt
 	return l.MemLog.AppendWithID(ctx, id, data)
 }
 
+// AppendWithIDAsync is the Ticker's path (replay.AsyncAppender): without
+// it the embedded MemLog's would be promoted and no marker timed.
+func (l *timedLog) AppendWithIDAsync(ctx context.Context, id msg.RecordID, data []byte, done func(error)) error {
+	done(l.AppendWithID(ctx, id, data))
+	return nil
+}
+
 func (l *timedLog) appended(tick uint64) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -641,7 +648,15 @@ func (w *simWorld) live(ctx context.Context, res *simResults) error {
 		return err
 	}
 	defer stopLoad()
-	return w.runSlots(ctx, sup, slots)
+	if err := w.runSlots(ctx, sup, slots); err != nil {
+		return err
+	}
+	slots.mu.Lock()
+	defer slots.mu.Unlock()
+	if len(res.liveQuiet) == 0 || len(res.liveRecover) == 0 {
+		return fmt.Errorf("live: no healthy shard's tick was timed (%d in quiet slots, %d in slots with a recovery): the tick markers' append times were not seen", len(res.liveQuiet), len(res.liveRecover))
+	}
+	return nil
 }
 
 // startLiveLoad starts real-time ticks and scripted bots (they cannot

@@ -54,6 +54,58 @@ func (g *gameServer) counter(name string) float64 {
 	return 0
 }
 
+// histogram returns the registry's histogram name: its sample count and
+// sum, and the cumulative count at each upper bound (nil if absent).
+func (g *gameServer) histogram(name string) (count uint64, sum float64, cumulative map[float64]uint64) {
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		return 0, 0, nil
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		cumulative = map[float64]uint64{}
+		for _, m := range mf.GetMetric() {
+			h := m.GetHistogram()
+			count += h.GetSampleCount()
+			sum += h.GetSampleSum()
+			for _, b := range h.GetBucket() {
+				cumulative[b.GetUpperBound()] += b.GetCumulativeCount()
+			}
+		}
+		return count, sum, cumulative
+	}
+	return 0, 0, nil
+}
+
+// counterWhere returns the sum of the registry's counter name over the
+// series whose labels have the values want gives.
+func (g *gameServer) counterWhere(name string, want map[string]string) float64 {
+	mfs, err := g.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := 0
+			for _, l := range m.GetLabel() {
+				if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+					match++
+				}
+			}
+			if match == len(want) {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
 // gameServerConfig configures a gameServer.
 type gameServerConfig struct {
 	Dir        string

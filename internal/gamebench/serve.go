@@ -105,7 +105,20 @@ type serveResult struct {
 	// AcksInState is the share of acknowledgements that came inside
 	// state updates (the rest on the stream).
 	AcksInState float64 `json:"acks_in_state_share"`
-	Err         string  `json:"error,omitempty"`
+	// The state updates the server built during the run
+	// (broadside_server_state_update_bytes and state_updates_total): how
+	// many, their mean size, the shares of at most 1,200 bytes (a datagram
+	// at any packet size) and of at most 1,400 (a datagram once path MTU
+	// discovery reached 1,452-byte packets), and the share sent as
+	// datagrams (the rest went on the stream, or were replaced before
+	// they were sent).
+	StateUpdates      uint64  `json:"state_updates"`
+	StateBytesMean    float64 `json:"state_update_bytes_mean"`
+	StateUpTo1200     float64 `json:"state_updates_share_le_1200"`
+	StateUpTo1400     float64 `json:"state_updates_share_le_1400"`
+	StateDatagramSent float64 `json:"state_updates_share_datagram_sent"`
+	StateFull         float64 `json:"state_updates_share_full"`
+	Err               string  `json:"error,omitempty"`
 }
 
 // serverComponents are the component labels in the order the table shows.
@@ -215,6 +228,16 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 		return res, err
 	}
 	tick0, cpu0, t0, over0 := g.world.Tick(), report.ProcessCPU(), time.Now(), g.counter("broadside_world_tick_overruns_total")
+	upd0, sum0, cum0 := g.histogram("broadside_server_state_update_bytes")
+	dgramSent := func() float64 {
+		return g.counterWhere("broadside_server_state_updates_total", map[string]string{"path": "datagram", "kind": "delta"}) +
+			g.counterWhere("broadside_server_state_updates_total", map[string]string{"path": "datagram", "kind": "full"})
+	}
+	dgram0 := dgramSent()
+	fulls := func() float64 {
+		return g.counterWhere("broadside_server_state_updates_total", map[string]string{"kind": "full"})
+	}
+	full0 := fulls()
 	var rep bots.Report
 	// The bots' goroutines (and their QUIC connections) are labelled
 	// component=bots, so the profile tells their CPU from the server's.
@@ -224,6 +247,15 @@ func runServeOnce(ctx context.Context, cfg ServeConfig, c ServeContender, n int)
 	})
 	elapsed, cpu, ticks := time.Since(t0), report.ProcessCPU()-cpu0, g.world.Tick()-tick0
 	res.Overruns = int64(g.counter("broadside_world_tick_overruns_total") - over0)
+	if upd, sum, cum := g.histogram("broadside_server_state_update_bytes"); upd > upd0 {
+		n := float64(upd - upd0)
+		res.StateUpdates, res.StateBytesMean = upd-upd0, (sum-sum0)/n
+		res.StateUpTo1200, res.StateUpTo1400 = float64(cum[1200]-cum0[1200])/n, float64(cum[1400]-cum0[1400])/n
+		// The datagram path's delta and full counters count datagrams
+		// sent; its dropped ones were replaced or refused.
+		res.StateDatagramSent = (dgramSent() - dgram0) / n
+		res.StateFull = (fulls() - full0) / n
+	}
 	byComponent, perr := prof.Stop("component")
 	if cfg.ProfileDir != "" {
 		name := filepath.Join(cfg.ProfileDir, fmt.Sprintf("serve-%s-%d.pprof", c.Name, n))
@@ -358,6 +390,23 @@ func writeServeTable(out io.Writer, cfg ServeConfig, contenders []ServeContender
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.0f%%\t\n", r.Contender, r.Bots, r.ServerCores, r.BotCores, strings.Join(cells, "\t"), total,
 					r.PacketsUp, r.PacketsDown, r.BotMsPerBotSec, 100*r.AcksInState)
+			}
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "\nState updates the server built: their mean size, the shares of at most 1,200 bytes (a datagram\n")
+	fmt.Fprintf(out, "at any packet size) and 1,400 (a datagram at 1,452-byte packets), the share sent as datagrams, and the\n")
+	fmt.Fprintf(out, "share of full states (no base the client acknowledged recently enough)\n")
+	tw = tabwriter.NewWriter(out, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "contender\tbots\tupdates\tmean bytes\t≤ 1200\t≤ 1400\tas datagrams\tfull\t\n")
+	for _, n := range cfg.Bots {
+		for _, c := range contenders {
+			for _, r := range results {
+				if r.Bots != n || r.Contender != c.Name || r.StateUpdates == 0 {
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f%%\t%.0f%%\t%.0f%%\t%.0f%%\t\n", r.Contender, r.Bots, r.StateUpdates, r.StateBytesMean,
+					100*r.StateUpTo1200, 100*r.StateUpTo1400, 100*r.StateDatagramSent, 100*r.StateFull)
 			}
 		}
 	}

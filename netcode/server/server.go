@@ -261,6 +261,13 @@ type serverMetrics struct {
 	stored, failed         prometheus.Counter
 }
 
+// stateUpdateBuckets are state_update_bytes' buckets: powers of two from
+// 64 bytes, with transport.MaxDatagramSize and the largest payload a
+// datagram holds at a 1,452-byte packet (quic-go's largest, after path MTU
+// discovery) among them, so that the share of updates that fit a datagram
+// can be read off.
+var stateUpdateBuckets = []float64{64, 128, 256, 512, 1024, transport.MaxDatagramSize, 1400, 2048, 4096, 8192, 16384, 32768, 65536, 131072}
+
 // updateCounters are one path's state_updates_total counters by kind.
 type updateCounters struct{ delta, full, dropped prometheus.Counter }
 
@@ -409,7 +416,7 @@ func New(cfg Config) (*Server, error) {
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "broadside", Subsystem: "server", Name: "state_updates_total",
 			Help: "State updates sent, by path (datagram, stream) and kind (delta, full), or dropped."}, []string{"path", "kind"}),
 		upBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "broadside", Subsystem: "server", Name: "state_update_bytes",
-			Help: "Size of state update frames.", Buckets: prometheus.ExponentialBuckets(64, 2, 12)}),
+			Help: "Size of state update frames.", Buckets: stateUpdateBuckets}),
 	}
 	s.metrics.updDatagram = newUpdateCounters(s.metrics.updates, "datagram")
 	s.metrics.updStream = newUpdateCounters(s.metrics.updates, "stream")
@@ -955,10 +962,24 @@ func (sess *session) writeState(ctx context.Context, hold time.Duration, due fun
 			// The datagram first: QUIC packs the acknowledgements written
 			// right after into its packet while it has not sent it yet
 			// (with acksInState they are inside it already).
-			if sendErr := sess.conn.SendDatagram(f.b); sendErr != nil {
-				f.dropped.Inc()
-			} else {
+			sendErr := sess.conn.SendDatagram(f.b)
+			switch {
+			case sendErr == nil:
 				f.sent.Inc()
+			case errors.Is(sendErr, transport.ErrDatagramTooLarge) && f.onStream != nil:
+				// Publish guessed the room (transport.Conn.DatagramRoom)
+				// and QUIC's packets are still smaller: the update goes
+				// on the stream, with the acknowledgements waiting.
+				n := buffer()
+				if err == nil {
+					err = sess.st.WriteFrame(f.b)
+				}
+				written(n)
+				f.onStream.Inc()
+				sess.recycleDatagram(f.b)
+				continue
+			default:
+				f.dropped.Inc()
 			}
 			if !sess.acksInState {
 				flush()
@@ -1127,6 +1148,10 @@ func (s *Server) Publish(tick uint64) {
 type stateFrame struct {
 	b             []byte
 	sent, dropped prometheus.Counter
+	// onStream, for a datagram larger than transport.MaxDatagramSize,
+	// counts it sent on the stream instead when QUIC refuses it as too
+	// large (its packets are smaller than Publish guessed).
+	onStream prometheus.Counter
 }
 
 // recycle hands a state frame's buffer back to Publish (dropped if two
@@ -1226,13 +1251,25 @@ func (s *Server) publish(tick uint64) {
 			}
 		}
 		s.metrics.upBytes.Observe(float64(len(s.frame)))
+		// An update goes as a datagram when it fits the room QUIC's
+		// packets have now (up to transport.MaxDatagramCeiling once path
+		// MTU discovery raised them), leaving room for an ACK beside it;
+		// acknowledgements carried inside it keep to the size that fits
+		// every packet (a refused one would take them to the stream).
+		room := sess.conn.DatagramRoom()
+		if inState {
+			room = min(room, transport.MaxDatagramSize)
+		}
 		counters := &s.metrics.updDatagram
-		if len(s.frame) > transport.MaxDatagramSize || !sess.conn.DatagramsEnabled() {
+		if len(s.frame) > room {
 			counters = &s.metrics.updStream
 		}
-		sent := counters.delta
+		sent, onStream := counters.delta, s.metrics.updStream.delta
 		if base == 0 {
-			sent = counters.full
+			sent, onStream = counters.full, s.metrics.updStream.full
+		}
+		if len(s.frame) <= transport.MaxDatagramSize {
+			onStream = nil // always fits: a refusal is a drop
 		}
 		// The session's writer sends it: quic-go's SendDatagram waits
 		// while the connection's queue (32) is full, which a player whose
@@ -1250,7 +1287,7 @@ func (s *Server) publish(tick uint64) {
 		case frame = <-free:
 		default:
 		}
-		handOff(out, stateFrame{b: append(frame[:0], s.frame...), sent: sent, dropped: counters.dropped}, recycle)
+		handOff(out, stateFrame{b: append(frame[:0], s.frame...), sent: sent, dropped: counters.dropped, onStream: onStream}, recycle)
 		if out == sess.stateOut {
 			sent.Inc() // queued for the stream (a later one may replace it: dropped)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/anoptic/broadside/netcode/client"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/anoptic/broadside/netcode/wire"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // fakeState encodes "viewer/tick/base" padded to size bytes; ticks below
@@ -216,4 +217,54 @@ func (f *sizedState) EncodeState(dst []byte, viewer uint32, tick, base uint64) (
 		dst = append(dst, byte(tick))
 	}
 	return dst, true
+}
+
+// TestUpdatesUpToTheDatagramCeiling: an update larger than
+// transport.MaxDatagramSize but within transport.MaxDatagramCeiling goes
+// as a datagram once QUIC's packets are large enough (path MTU discovery
+// on loopback), and one that QUIC still refuses goes on the stream instead,
+// never dropped: every tick published arrives one way or the other.
+func TestUpdatesUpToTheDatagramCeiling(t *testing.T) {
+	src := &fakeState{size: 1300}
+	ts := startServerWith(t, Config{State: src})
+	c, err := ts.dial(t, ts.token(t, "ada", 7, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitSessions(t, ts.srv, 1)
+	got := map[uint64]bool{}
+	const ticks = 150
+	asDatagrams, missed := 0, 0
+	for tick := uint64(1); tick <= ticks; tick++ {
+		streamBefore := c.StreamUpdates()
+		ts.srv.Publish(tick)
+		select {
+		case u := <-c.Updates():
+			if len(u.Payload) != src.size {
+				t.Fatalf("tick %d: payload of %d bytes, want %d", u.Tick, len(u.Payload), src.size)
+			}
+			got[u.Tick] = true
+			if c.StreamUpdates() == streamBefore {
+				asDatagrams++
+			}
+		case <-time.After(500 * time.Millisecond):
+			missed++ // a datagram lost on loopback: rare
+		}
+		time.Sleep(5 * time.Millisecond) // a tick's pace, roughly: path MTU discovery takes a few round trips
+	}
+	if missed > 5 {
+		t.Fatalf("%d of %d updates never arrived", missed, ticks)
+	}
+	if asDatagrams == 0 {
+		t.Fatalf("no update of %d bytes came as a datagram in %d ticks", src.size, ticks)
+	}
+	var m dto.Metric
+	if err := ts.srv.metrics.updDatagram.dropped.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if dropped := m.GetCounter().GetValue(); dropped != 0 {
+		t.Fatalf("%v datagram updates dropped: a refused one must go on the stream", dropped)
+	}
+	t.Logf("%d of %d updates of %d bytes as datagrams, %d on the stream", asDatagrams, ticks, src.size, c.StreamUpdates())
 }

@@ -73,10 +73,72 @@ func TestDatagramRoundTrip(t *testing.T) {
 
 func TestDatagramTooLarge(t *testing.T) {
 	client, _ := datagramPair(t, true, true)
-	err := client.SendDatagram(make([]byte, MaxDatagramSize+1))
+	err := client.SendDatagram(make([]byte, MaxDatagramCeiling+1))
 	if !errors.Is(err, ErrDatagramTooLarge) {
 		t.Fatalf("got %v, want ErrDatagramTooLarge", err)
 	}
+}
+
+// TestDatagramRoom: a payload above MaxDatagramSize is refused while
+// QUIC's packets are small, and DatagramRoom then says what fits; once
+// path MTU discovery has raised the packet size (loopback allows 1,452
+// bytes), a payload of MaxDatagramCeiling goes out and arrives whole.
+func TestDatagramRoom(t *testing.T) {
+	client, server := datagramPair(t, true, true)
+	if r := client.DatagramRoom(); r != MaxDatagramCeiling {
+		t.Fatalf("room before any refusal %d, want %d", r, MaxDatagramCeiling)
+	}
+	payload := bytes.Repeat([]byte{7}, MaxDatagramCeiling)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	received := make(chan []byte, 64)
+	go func() {
+		for {
+			p, err := server.ReceiveDatagram(ctx)
+			if err != nil {
+				return
+			}
+			received <- p
+		}
+	}()
+	refused := 0
+	var got []byte
+	for attempt := 0; got == nil && attempt < 300; attempt++ {
+		err := client.SendDatagram(payload)
+		switch {
+		case errors.Is(err, ErrDatagramTooLarge):
+			refused++
+			r := client.DatagramRoom()
+			if r < MaxDatagramSize || r >= MaxDatagramCeiling {
+				t.Fatalf("room after a refusal %d, want within [%d, %d)", r, MaxDatagramSize, MaxDatagramCeiling)
+			}
+			// What the room says fits is sent.
+			if err := client.SendDatagram(payload[:r]); err != nil {
+				t.Fatalf("send of the room's %d bytes: %v", r, err)
+			}
+		case err != nil:
+			t.Fatal(err)
+		}
+		// Keep the connection busy both ways so that MTU probes go out
+		// and get acknowledged.
+		if err := server.SendDatagram([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case p := <-received:
+			if len(p) == MaxDatagramCeiling {
+				got = p
+			}
+		case <-time.After(30 * time.Millisecond):
+		}
+	}
+	if got == nil {
+		t.Fatalf("no datagram of %d bytes arrived (%d refused)", MaxDatagramCeiling, refused)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatal("the large datagram arrived changed")
+	}
+	t.Logf("%d refusals before path MTU discovery let %d bytes through", refused, MaxDatagramCeiling)
 }
 
 func TestDatagramsDisabled(t *testing.T) {

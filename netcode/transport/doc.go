@@ -38,8 +38,10 @@
 // # Datagrams
 //
 // With Config.EnableDatagrams on both peers, Conn.SendDatagram and
-// Conn.ReceiveDatagram carry unreliable payloads of up to MaxDatagramSize
-// (1200) bytes. An oversized payload is an error, never a silent drop.
+// Conn.ReceiveDatagram carry unreliable payloads: MaxDatagramSize (1200)
+// bytes fit at any packet size, and up to MaxDatagramCeiling (1400) once
+// path MTU discovery has raised the packet size (Conn.DatagramRoom says
+// what fits now). An oversized payload is an error, never a silent drop.
 //
 // # Error codes
 //

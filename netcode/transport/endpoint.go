@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/quic-go/quic-go"
 )
@@ -286,6 +287,10 @@ type Conn struct {
 	maxWrite      int
 	datagrams     bool // SendDatagram works: the peer accepts datagrams (and we enabled them)
 	recvDatagrams bool // ReceiveDatagram works: we advertised datagram support
+	// roomLimit is the payload size limit quic-go reported when it last
+	// refused a datagram, less the ACK's room; it holds until roomUntil
+	// (UnixNano). See DatagramRoom.
+	roomLimit, roomUntil atomic.Int64
 }
 
 // OpenStream opens a new bidirectional framed stream, waiting while the

@@ -107,9 +107,13 @@ type Ready struct {
 }
 
 type pendingAppend struct {
-	rec      msg.Record
-	view     uint64
+	rec  msg.Record
+	view uint64
+	// acks are the replicas of view that acknowledged it; it starts on
+	// ackBuf, so a view of up to len(ackBuf) replicas costs no allocation
+	// per append (growing it from nil cost two).
 	acks     []msg.NodeID
+	ackBuf   [5]msg.NodeID
 	sentAt   int64
 	unsent   bool
 	attempts int
@@ -316,6 +320,7 @@ func (c *Client) add(id msg.RecordID, data []byte, floor uint64) *pendingAppend 
 	}
 	c.appendOrder++
 	p := &pendingAppend{rec: msg.Record{ID: id, Data: data}, unsent: true, order: c.appendOrder, floor: floor}
+	p.acks = p.ackBuf[:0]
 	c.appends = append(c.appends, p)
 	c.byID[id] = p
 	return p

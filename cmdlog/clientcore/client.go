@@ -37,13 +37,20 @@ type Config struct {
 	// MaxBatch caps records per Append message.
 	MaxBatch int
 	// MaxInflightBatches caps rounds of Append messages sent and not yet
-	// complete (default 16). While the cap is reached, new appends wait
+	// complete (default 4). While the cap is reached, new appends wait
 	// and leave together in the next round: under load, fewer and larger
 	// messages instead of one round per append. Retries are not capped.
+	// CPU per append is what bounds the log's rate on a small machine,
+	// and it goes mostly per message (QUIC, the mesh, the codec, a
+	// replica's round): 4 rather than 16 took the messages per append at
+	// 64 appenders from 2.2 to 0.8 and their CPU per append down by a
+	// fifth (docs/benchmarks.md, session 15). A single appender, or up to
+	// 4 appenders that each wait for their append, never waits for the
+	// cap.
 	MaxInflightBatches int
 	// MaxInflightBytes caps the record bytes of those rounds (default 2
 	// MiB; a round always carries at least one record). Large records
-	// otherwise fill 16 rounds of 512 records each, tens of MiB queued on
+	// otherwise fill the rounds with 512 records each, tens of MiB queued on
 	// every replica's link, and each append waits behind all of them.
 	MaxInflightBytes int
 	// LeaseViews is the replicas' dedup lease in views (seq.Config.
@@ -107,9 +114,13 @@ type Ready struct {
 }
 
 type pendingAppend struct {
-	rec      msg.Record
-	view     uint64
+	rec  msg.Record
+	view uint64
+	// acks are the replicas of view that acknowledged it; it starts on
+	// ackBuf, so a view of up to len(ackBuf) replicas costs no allocation
+	// per append (growing it from nil cost two).
 	acks     []msg.NodeID
+	ackBuf   [5]msg.NodeID
 	sentAt   int64
 	unsent   bool
 	attempts int
@@ -226,7 +237,7 @@ func New(cfg Config) *Client {
 	}
 	cfg.MaxBatch = min(cfg.MaxBatch, 8192)
 	if cfg.MaxInflightBatches <= 0 {
-		cfg.MaxInflightBatches = 16
+		cfg.MaxInflightBatches = 4
 	}
 	if cfg.MaxInflightBytes <= 0 {
 		cfg.MaxInflightBytes = 2 << 20
@@ -316,6 +327,7 @@ func (c *Client) add(id msg.RecordID, data []byte, floor uint64) *pendingAppend 
 	}
 	c.appendOrder++
 	p := &pendingAppend{rec: msg.Record{ID: id, Data: data}, unsent: true, order: c.appendOrder, floor: floor}
+	p.acks = p.ackBuf[:0]
 	c.appends = append(c.appends, p)
 	c.byID[id] = p
 	return p

@@ -497,11 +497,14 @@ func (c *Client) Send(cmd wire.GameCommand) (uint64, error) {
 	}
 	if l := c.link; l.ackDue != 0 {
 		// The waiting state acknowledgement rides in this command's
-		// packet: written just before it, on the same stream.
+		// packet: buffered just before it on the same stream, so that
+		// the command's write hands both to QUIC at once (two writes
+		// would let the connection send the first alone).
 		tick := l.ackDue
 		l.ackDue = 0
 		l.ackTimer.Stop()
-		_ = c.writeStateAckLocked(l, tick) // a failed write fails the command's too
+		c.buf = wire.EncodeSession(c.buf[:0], wire.StateAck{Tick: tick})
+		_ = l.st.BufferFrame(c.buf) // a failed write fails the command's too
 	}
 	err := c.link.st.WriteFrame(frame)
 	if err != nil && c.cfg.Reconnect.Attempts > 0 {

@@ -202,6 +202,14 @@ type bot struct {
 	resyncing  bool
 	period     time.Duration // the server's tick period
 
+	// ackTick is the newest tick applied and not yet handed to the
+	// client's AckState (under mu): the group's driver hands it over at
+	// the bot's next turn, just before the command it then rides with,
+	// so that the readers never wait for the client's writer.
+	ackTick uint64
+	// seq is the last sequence number the bot gave a command (under mu).
+	seq uint64
+
 	// The turns' side, only the group's driver touches these.
 	rng  *rand.Rand
 	next time.Time // the next turn
@@ -337,7 +345,6 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			endpoints = append(endpoints, ep)
 		}
 	}
-	interval := time.Duration(float64(time.Second) / cfg.Rate)
 	// Connect every bot, a few at a time.
 	bots := make([]*bot, cfg.N)
 	var cwg sync.WaitGroup
@@ -362,13 +369,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			}
 			b := &bot{acks: map[uint64]waiting{}, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
 			b.tr.Reuse = true
+			// The bot hands its state acknowledgements to the client at
+			// its next turn, just before that turn's command (bot.turn),
+			// which they ride with in one packet.
 			ccfg := client.Config{Addr: cfg.Server, TLS: cfg.TLS, TokenSource: tokens,
-				// A state acknowledgement waits for the bot's next
-				// command to ride in its packet: a playing bot sends
-				// one packet per turn, not one more per acknowledgement.
-				StateAckDelay: max(client.DefaultStateAckDelay, interval+interval/4),
-				OnResult:      func(r wire.CommandResult) { b.onResult(r, st, cfg.OnDurable, cfg.OnAck) },
-				OnUpdate:      func(u wire.StateUpdate) { b.onUpdate(u, st) }}
+				OnResult: func(r wire.CommandResult) { b.onResult(r, st, cfg.OnDurable, cfg.OnAck) },
+				OnUpdate: func(u wire.StateUpdate) { b.onUpdate(u, st) }}
 			if len(endpoints) > 0 {
 				ccfg.Endpoint = endpoints[i/cfg.BotsPerSocket]
 			}
@@ -627,9 +633,8 @@ func (b *bot) onUpdate(u wire.StateUpdate, st *stats) {
 	}
 	st.mu.Unlock()
 	b.queue = append(b.queue[:0], b.queue[k:]...)
-	c := b.c
+	b.ackTick = u.Tick
 	b.mu.Unlock()
-	c.AckState(u.Tick)
 }
 
 // turnSlack is how early a group's driver takes a bot's turn that is due
@@ -696,7 +701,14 @@ func (b *bot) turn(cfg Config, interval time.Duration, now time.Time, st *stats)
 	if !full {
 		cmd = b.decide(cfg.Behaviour, b.rng) // b.frame's memory is reused under b.mu (onUpdate)
 	}
+	ack := b.ackTick
+	b.ackTick = 0
 	b.mu.Unlock()
+	if ack != 0 {
+		// The client keeps it for the command sent next (or, with the
+		// window full, sends it alone after StateAckDelay).
+		b.c.AckState(ack)
+	}
 	if full {
 		st.mu.Lock()
 		st.skipped++
@@ -723,18 +735,30 @@ func (b *bot) decide(behaviour string, rng *rand.Rand) wire.GameCommand {
 	return randomCommand(rng)
 }
 
+// send sends cmd with the bot's next sequence number. The command waits
+// for its verdict from before it is written, so that a verdict can never
+// find it missing, and b.mu is not held while the client writes: the
+// connection's readers, which take b.mu, never wait behind a write.
 func (b *bot) send(cmd wire.GameCommand, st *stats) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	seq, err := b.c.Send(cmd)
-	if err != nil {
+	b.seq++
+	cmd.Seq = b.seq
+	now := time.Now()
+	b.acks[cmd.Seq] = waiting{at: now, reconnects: b.c.Reconnects()}
+	queued := len(b.queue) < 1<<16
+	if queued {
+		b.queue = append(b.queue, sentCmd{cmd.Seq, now})
+	}
+	b.mu.Unlock()
+	if _, err := b.c.Send(cmd); err != nil {
+		b.mu.Lock()
+		delete(b.acks, cmd.Seq)
+		if n := len(b.queue); queued && n > 0 && b.queue[n-1].seq == cmd.Seq {
+			b.queue = b.queue[:n-1]
+		}
+		b.mu.Unlock()
 		st.err("send")
 		return
-	}
-	now := time.Now()
-	b.acks[seq] = waiting{at: now, reconnects: b.c.Reconnects()}
-	if len(b.queue) < 1<<16 {
-		b.queue = append(b.queue, sentCmd{seq, now})
 	}
 	st.mu.Lock()
 	st.sent++

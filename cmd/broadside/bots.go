@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 
 func newBotsCmd() *cobra.Command {
 	var cfg bots.Config
-	var caFile, secretFile, playersFile, jsonFile, pngFile string
+	var caFile, secretFile, playersFile, jsonFile, pngFile, cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bots",
 		Short: "Run N load bots against a game server and report latency and bandwidth",
@@ -59,6 +60,13 @@ and fires blindly.`,
 			if cfg.ReconnectAttempts == 0 {
 				cfg.NoReconnect = true
 			}
+			if cpuProfile != "" {
+				stopProfile, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
+			}
 			out := cmd.OutOrStdout()
 			cfg.Progress = func(s bots.Snapshot) { s.WriteProgress(os.Stderr) }
 			rep, err := bots.Run(ctx, cfg)
@@ -94,5 +102,21 @@ and fires blindly.`,
 	f.IntVar(&cfg.Window, "window", 64, "commands a bot may have awaiting acknowledgement; with the window full it skips its turn")
 	f.StringVar(&jsonFile, "json", "", "write the report as JSON")
 	f.StringVar(&pngFile, "png", "", "write ack latency (p50, p99) over time as a PNG chart")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write the bots' CPU profile (the whole run, connections included) to this file, for go tool pprof")
+	f.IntVar(&cfg.BotsPerSocket, "bots-per-socket", 0, "bots sharing one UDP socket (0: 32; 1: a socket each)")
 	return cmd
+}
+
+// startCPUProfile starts a CPU profile written to file; the returned
+// function stops it and closes the file.
+func startCPUProfile(file string) (func(), error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

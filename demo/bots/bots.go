@@ -180,6 +180,10 @@ type waiting struct {
 	reconnects uint64
 }
 
+// bot is one player. Its connection's readers deliver verdicts and state
+// updates straight into it (client.Config.OnResult, OnUpdate): a bot owns
+// no goroutine, and its turns are taken by its socket group's driver
+// (playGroup).
 type bot struct {
 	c      *client.Client
 	player uint32
@@ -187,6 +191,28 @@ type bot struct {
 	acks   map[uint64]waiting // commands waiting for their acknowledgement
 	queue  []sentCmd          // commands waiting to be applied, by seq
 	frame  atomic.Pointer[broadside.Frame]
+
+	// The state updates' side, under mu (a connection's two readers
+	// may both deliver updates). The tracker builds each frame in the
+	// memory of one 16 ticks older (Reuse): the bot reads only frame,
+	// the latest, and only under mu, which Apply holds too.
+	tr         broadside.StateTracker
+	last       time.Time // arrival of the previous update applied
+	reconnects uint64    // the client's reconnections when the tracker started
+	resyncing  bool
+	period     time.Duration // the server's tick period
+
+	// ackTick is the newest tick applied and not yet handed to the
+	// client's AckState (under mu): the group's driver hands it over at
+	// the bot's next turn, just before the command it then rides with,
+	// so that the readers never wait for the client's writer.
+	ackTick uint64
+	// seq is the last sequence number the bot gave a command (under mu).
+	seq uint64
+
+	// The turns' side, only the group's driver touches these.
+	rng  *rand.Rand
+	next time.Time // the next turn
 }
 
 // stats are a run's shared counters and histograms.
@@ -201,13 +227,21 @@ type stats struct {
 	skipped                  int64
 	errors                   map[string]int64
 	firstErr                 map[string]string // the first message of each error kind
+	// running is set when every bot has connected and the run's clock
+	// starts: the state updates of the bots that connected early are
+	// applied as they come, but counted from then on. closed is set
+	// when the run has read its figures: a reader still delivering
+	// afterwards records nothing.
+	running, closed bool
 }
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 60_000_000, 3) }
 
 func (s *stats) err(kind string) {
 	s.mu.Lock()
-	s.errors[kind]++
+	if !s.closed {
+		s.errors[kind]++
+	}
 	s.mu.Unlock()
 }
 
@@ -215,6 +249,10 @@ func (s *stats) err(kind string) {
 // kind for the report.
 func (s *stats) errDetail(kind, detail string) {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
 	s.errors[kind]++
 	if _, ok := s.firstErr[kind]; !ok {
 		s.firstErr[kind] = detail
@@ -329,7 +367,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				st.err("token")
 				return
 			}
-			ccfg := client.Config{Addr: cfg.Server, TLS: cfg.TLS, TokenSource: tokens}
+			b := &bot{acks: map[uint64]waiting{}, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
+			b.tr.Reuse = true
+			// The bot hands its state acknowledgements to the client at
+			// its next turn, just before that turn's command (bot.turn),
+			// which they ride with in one packet.
+			ccfg := client.Config{Addr: cfg.Server, TLS: cfg.TLS, TokenSource: tokens,
+				OnResult: func(r wire.CommandResult) { b.onResult(r, st, cfg.OnDurable, cfg.OnAck) },
+				OnUpdate: func(u wire.StateUpdate) { b.onUpdate(u, st) }}
 			if len(endpoints) > 0 {
 				ccfg.Endpoint = endpoints[i/cfg.BotsPerSocket]
 			}
@@ -344,7 +389,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				st.err("connect")
 				return
 			}
-			bots[i] = &bot{c: c, player: c.Welcome().PlayerID, acks: map[uint64]waiting{}}
+			b.mu.Lock()
+			b.c, b.player = c, c.Welcome().PlayerID
+			b.period = time.Second / time.Duration(max(c.Welcome().TickRate, 1))
+			b.mu.Unlock()
+			bots[i] = b
 		}()
 	}
 	cwg.Wait()
@@ -363,19 +412,20 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if len(bots) == 0 {
 		return rep, fmt.Errorf("bots: no bot could connect to %s", cfg.Server)
 	}
-	period := time.Second / time.Duration(max(bots[0].c.Welcome().TickRate, 1))
 	start := time.Now()
+	st.mu.Lock()
+	st.running = true
+	st.mu.Unlock()
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
+	// The bots' turns: one driver per socket group (the bots that share
+	// a socket, or BotsPerSocket of them), stepping its bots in turn on
+	// one timer, instead of a goroutine and a timer per bot.
 	var wg sync.WaitGroup
-	for i, b := range bots {
-		wg.Add(3)
-		go func() { defer wg.Done(); b.readResults(st, cfg.OnDurable, cfg.OnAck) }()
-		go func() { defer wg.Done(); b.readUpdates(runCtx, st, period) }()
-		go func() {
-			defer wg.Done()
-			b.play(runCtx, cfg, rand.New(rand.NewPCG(cfg.Seed, uint64(i))), st)
-		}()
+	for lo := 0; lo < len(bots); lo += cfg.BotsPerSocket {
+		group := bots[lo:min(lo+cfg.BotsPerSocket, len(bots))]
+		wg.Add(1)
+		go func() { defer wg.Done(); playGroup(runCtx, cfg, group, st) }()
 	}
 	// Progress and timeline, once a second.
 	tick := time.NewTicker(time.Second)
@@ -426,13 +476,23 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		rep.Resent += int64(b.c.Resent())
 		rep.AckedInState += int64(b.c.AckedInState())
 	}
+	wg.Wait()
 	for _, b := range bots {
 		b.c.Close()
 	}
-	bots = nil
-	wg.Wait()
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.closed = true
+	for _, b := range bots {
+		// Sessions the server closed for something other than a normal
+		// end (Close's own end is normal).
+		if err := b.c.Err(); err != nil {
+			if code, _, ok := transport.ErrorCodeOf(err); ok && code != transport.CodeNormal {
+				st.errors["closed:"+code.String()]++
+			}
+		}
+	}
+	bots = nil
 	rep.DurationSec = elapsed.Seconds()
 	rep.Sent, rep.Durable, rep.Applied, rep.RateLimited, rep.Skipped = st.sent, st.durable, st.applied, st.limited, st.skipped
 	rep.Replicated, rep.Acked = st.replicated, st.durable+st.replicated
@@ -464,168 +524,198 @@ func AckStatusOf(durable, replicated int64) string {
 	return "none"
 }
 
-// readResults records acknowledgements until the session ends.
-func (b *bot) readResults(st *stats, onDurable func(uint32, uint64), onAck func(uint32, uint64, wire.AckStatus)) {
-	for r := range b.c.Results() {
-		b.mu.Lock()
-		w, ok := b.acks[r.Seq]
-		delete(b.acks, r.Seq)
-		b.mu.Unlock()
-		if !ok {
-			continue
-		}
-		if r.Status.Stored() && onAck != nil {
-			onAck(b.player, r.Seq, r.Status)
-		}
-		st.mu.Lock()
-		switch r.Status {
-		case wire.AckDurable, wire.AckReplicated:
-			if r.Status == wire.AckDurable {
-				st.durable++
-				if onDurable != nil {
-					onDurable(b.player, r.Seq)
-				}
-			} else {
-				st.replicated++
-			}
-			us := max(time.Since(w.at).Microseconds(), 1)
-			if b.c.Reconnects() != w.reconnects {
-				// It waited across a reconnection: not one round trip.
-				st.ackResent.RecordValue(us)
-				break
-			}
-			st.ack.RecordValue(us)
-			st.ackWin.RecordValue(us)
-		case wire.AckRateLimited:
-			st.limited++
-		case wire.AckBusy:
-			st.errors["busy"]++
-		default:
-			st.errors["refused"]++
-		}
-		st.mu.Unlock()
+// onResult records a verdict (client.Config.OnResult: on the connection's
+// reader).
+func (b *bot) onResult(r wire.CommandResult, st *stats, onDurable func(uint32, uint64), onAck func(uint32, uint64, wire.AckStatus)) {
+	b.mu.Lock()
+	w, ok := b.acks[r.Seq]
+	delete(b.acks, r.Seq)
+	player, c := b.player, b.c
+	b.mu.Unlock()
+	if !ok {
+		return
 	}
-	if err := b.c.Err(); err != nil {
-		if code, _, ok := transport.ErrorCodeOf(err); ok && code != transport.CodeNormal {
-			st.err("closed:" + code.String())
+	if r.Status.Stored() && onAck != nil {
+		onAck(player, r.Seq, r.Status)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return
+	}
+	switch r.Status {
+	case wire.AckDurable, wire.AckReplicated:
+		if r.Status == wire.AckDurable {
+			st.durable++
+			if onDurable != nil {
+				onDurable(player, r.Seq)
+			}
+		} else {
+			st.replicated++
 		}
+		us := max(time.Since(w.at).Microseconds(), 1)
+		if c.Reconnects() != w.reconnects {
+			// It waited across a reconnection: not one round trip.
+			st.ackResent.RecordValue(us)
+			break
+		}
+		st.ack.RecordValue(us)
+		st.ackWin.RecordValue(us)
+	case wire.AckRateLimited:
+		st.limited++
+	case wire.AckBusy:
+		st.errors["busy"]++
+	default:
+		st.errors["refused"]++
 	}
 }
 
-// readUpdates rebuilds the bot's view of the world from its state updates,
-// acknowledges each new tick, and measures applied latency and jitter.
-func (b *bot) readUpdates(ctx context.Context, st *stats, period time.Duration) {
-	// The tracker builds each frame in the memory of one 16 ticks older
-	// (Reuse): the bot reads only b.frame, the latest, and only under
-	// b.mu, which Apply holds too.
-	tr := broadside.StateTracker{Reuse: true}
-	var last time.Time
-	var reconnects uint64
-	resyncing := false
-	for {
-		var u wire.StateUpdate
-		select {
-		case <-ctx.Done():
-			return
-		case <-b.c.Done():
-			return
-		case u = <-b.c.Updates():
-		}
-		now := time.Now()
-		if n := b.c.Reconnects(); n != reconnects {
-			// A new connection (perhaps to a restarted server, whose
-			// ticks may be behind ours) starts from a full state.
-			reconnects, tr, last, resyncing = n, broadside.StateTracker{Reuse: true}, time.Time{}, true
-		}
-		if resyncing && u.BaseTick != 0 {
-			continue // a delta of the lost connection
-		}
-		if l := tr.Latest(); l != nil && u.Tick <= l.Tick {
-			continue // an old update arriving late (its base may be gone): nothing to learn
-		}
-		b.mu.Lock()
-		f, err := tr.Apply(u.Tick, u.BaseTick, u.Payload)
-		latest := err == nil && f == tr.Latest()
-		if latest {
-			b.frame.Store(f)
-		}
+// onUpdate rebuilds the bot's view of the world from a state update
+// (client.Config.OnUpdate: on the connection's reader), acknowledges each
+// new tick, and measures applied latency and jitter. It applies every
+// update it is given, as readers of Updates did.
+func (b *bot) onUpdate(u wire.StateUpdate, st *stats) {
+	now := time.Now()
+	b.mu.Lock()
+	if b.c == nil {
 		b.mu.Unlock()
-		if err == nil {
-			resyncing = false
-		}
-		if err != nil {
-			// An update against a base we no longer hold, or a
-			// broken one: the next full update resynchronises.
-			st.errDetail(StateErrorKind(err), err.Error())
-			continue
-		}
-		if !latest {
-			continue // an old update arriving late
-		}
-		b.c.AckState(u.Tick)
-		var jitter int64 = -1
-		if !last.IsZero() {
-			jitter = max((now.Sub(last) - period).Abs().Microseconds(), 1)
-		}
-		last = now
-		b.mu.Lock()
-		k := 0
-		for k < len(b.queue) && b.queue[k].seq <= u.LastAppliedSeq {
-			k++
-		}
-		done := b.queue[:k]
-		st.mu.Lock()
+		return // before Dial returned: the server's first state comes again as a full one
+	}
+	if n := b.c.Reconnects(); n != b.reconnects {
+		// A new connection (perhaps to a restarted server, whose ticks
+		// may be behind ours) starts from a full state.
+		b.reconnects, b.tr, b.last, b.resyncing = n, broadside.StateTracker{Reuse: true}, time.Time{}, true
+		b.frame.Store(nil)
+	}
+	if b.resyncing && u.BaseTick != 0 {
+		b.mu.Unlock()
+		return // a delta of the lost connection
+	}
+	if l := b.tr.Latest(); l != nil && u.Tick <= l.Tick {
+		b.mu.Unlock()
+		return // an old update arriving late (its base may be gone): nothing to learn
+	}
+	f, err := b.tr.Apply(u.Tick, u.BaseTick, u.Payload)
+	if err != nil {
+		b.mu.Unlock()
+		// An update against a base we no longer hold, or a broken one:
+		// the next full update resynchronises.
+		st.errDetail(StateErrorKind(err), err.Error())
+		return
+	}
+	b.resyncing = false
+	if f != b.tr.Latest() {
+		b.mu.Unlock()
+		return // an old update arriving late
+	}
+	b.frame.Store(f)
+	var jitter int64 = -1
+	if !b.last.IsZero() {
+		jitter = max((now.Sub(b.last) - b.period).Abs().Microseconds(), 1)
+	}
+	b.last = now
+	k := 0
+	for k < len(b.queue) && b.queue[k].seq <= u.LastAppliedSeq {
+		k++
+	}
+	st.mu.Lock()
+	if st.running && !st.closed {
 		st.updates++
 		if jitter > 0 {
 			st.jitter.RecordValue(jitter)
 		}
-		for _, c := range done {
+		for _, c := range b.queue[:k] {
 			us := max(now.Sub(c.at).Microseconds(), 1)
 			st.app.RecordValue(us)
 			st.appWin.RecordValue(us)
 			st.applied++
 		}
-		st.mu.Unlock()
-		b.queue = append(b.queue[:0], b.queue[k:]...)
-		b.mu.Unlock()
+	}
+	st.mu.Unlock()
+	b.queue = append(b.queue[:0], b.queue[k:]...)
+	b.ackTick = u.Tick
+	b.mu.Unlock()
+}
+
+// turnSlack is how early a group's driver takes a bot's turn that is due
+// soon after the one it woke for: the bots of a group then share wake-ups.
+// Each bot keeps its own schedule (its rate does not change); a turn goes
+// at most this much early.
+const turnSlack = 2 * time.Millisecond
+
+// playGroup joins the group's bots to the game, then takes each bot's
+// turns at the configured rate (each bot on its own schedule, from a
+// random phase) until ctx ends: one goroutine and one timer for the
+// group.
+func playGroup(ctx context.Context, cfg Config, group []*bot, st *stats) {
+	interval := time.Duration(float64(time.Second) / cfg.Rate)
+	slack := min(turnSlack, interval/8)
+	now := time.Now()
+	for _, b := range group {
+		b.next = now.Add(time.Duration(b.rng.Int64N(int64(interval) + 1)))
+		b.send(broadside.ToGameCommand(broadside.Join()), st)
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		earliest := group[0].next
+		for _, b := range group[1:] {
+			if b.next.Before(earliest) {
+				earliest = b.next
+			}
+		}
+		if wait := time.Until(earliest); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		now = time.Now()
+		due := now.Add(slack)
+		for _, b := range group {
+			if !b.next.After(due) {
+				b.turn(cfg, interval, now, st)
+			}
+		}
 	}
 }
 
-// play joins the game, then sends commands at the configured rate.
-func (b *bot) play(ctx context.Context, cfg Config, rng *rand.Rand, st *stats) {
-	interval := time.Duration(float64(time.Second) / cfg.Rate)
-	next := time.Now().Add(time.Duration(rng.Int64N(int64(interval) + 1)))
-	b.send(broadside.ToGameCommand(broadside.Join()), st)
-	timer := time.NewTimer(time.Until(next))
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		next = next.Add(interval)
-		if late := time.Since(next); late > 4*interval {
-			// Behind schedule (a starved process): catch up by a few
-			// commands at most, never with a burst of a second's worth
-			// that a rate limit of twice the rate would refuse.
-			next = time.Now()
-		}
-		timer.Reset(time.Until(next)) // the turn after this one
-		b.mu.Lock()
-		full := len(b.acks) >= cfg.Window
-		b.mu.Unlock()
-		if full {
-			st.mu.Lock()
-			st.skipped++
-			st.mu.Unlock()
-			continue
-		}
-		b.mu.Lock() // b.frame's memory is reused under b.mu (readUpdates)
-		cmd := b.decide(cfg.Behaviour, rng)
-		b.mu.Unlock()
-		b.send(cmd, st)
+// turn takes one of the bot's turns: it sends the command its behaviour
+// gives unless its window is full (then it skips the turn), and schedules
+// the next turn.
+func (b *bot) turn(cfg Config, interval time.Duration, now time.Time, st *stats) {
+	b.next = b.next.Add(interval)
+	if late := now.Sub(b.next); late > 4*interval {
+		// Behind schedule (a starved process): catch up by a few
+		// commands at most, never with a burst of a second's worth
+		// that a rate limit of twice the rate would refuse.
+		b.next = now
 	}
+	b.mu.Lock()
+	full := len(b.acks) >= cfg.Window
+	var cmd wire.GameCommand
+	if !full {
+		cmd = b.decide(cfg.Behaviour, b.rng) // b.frame's memory is reused under b.mu (onUpdate)
+	}
+	ack := b.ackTick
+	b.ackTick = 0
+	b.mu.Unlock()
+	if ack != 0 {
+		// The client keeps it for the command sent next (or, with the
+		// window full, sends it alone after StateAckDelay).
+		b.c.AckState(ack)
+	}
+	if full {
+		st.mu.Lock()
+		st.skipped++
+		st.mu.Unlock()
+		return
+	}
+	b.send(cmd, st)
 }
 
 // decide returns the bot's next command.
@@ -645,18 +735,30 @@ func (b *bot) decide(behaviour string, rng *rand.Rand) wire.GameCommand {
 	return randomCommand(rng)
 }
 
+// send sends cmd with the bot's next sequence number. The command waits
+// for its verdict from before it is written, so that a verdict can never
+// find it missing, and b.mu is not held while the client writes: the
+// connection's readers, which take b.mu, never wait behind a write.
 func (b *bot) send(cmd wire.GameCommand, st *stats) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	seq, err := b.c.Send(cmd)
-	if err != nil {
+	b.seq++
+	cmd.Seq = b.seq
+	now := time.Now()
+	b.acks[cmd.Seq] = waiting{at: now, reconnects: b.c.Reconnects()}
+	queued := len(b.queue) < 1<<16
+	if queued {
+		b.queue = append(b.queue, sentCmd{cmd.Seq, now})
+	}
+	b.mu.Unlock()
+	if _, err := b.c.Send(cmd); err != nil {
+		b.mu.Lock()
+		delete(b.acks, cmd.Seq)
+		if n := len(b.queue); queued && n > 0 && b.queue[n-1].seq == cmd.Seq {
+			b.queue = b.queue[:n-1]
+		}
+		b.mu.Unlock()
 		st.err("send")
 		return
-	}
-	now := time.Now()
-	b.acks[seq] = waiting{at: now, reconnects: b.c.Reconnects()}
-	if len(b.queue) < 1<<16 {
-		b.queue = append(b.queue, sentCmd{seq, now})
 	}
 	st.mu.Lock()
 	st.sent++

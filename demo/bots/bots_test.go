@@ -3,6 +3,7 @@ package bots
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,6 +60,52 @@ func testBotsAgainstServer(t *testing.T, durability server.Durability) {
 	}
 	if rep.AckP50us <= 0 || rep.AckP99us < rep.AckP50us || rep.UpBytesPerSec <= 0 {
 		t.Fatalf("latency/bandwidth not measured: %+v", rep)
+	}
+}
+
+// TestEachBotKeepsItsRate: the bots of a socket group take their turns
+// from one driver, each bot on its own schedule: every bot sends its join
+// and about Rate × Duration commands, never more than its schedule
+// allows (a driver that served a bot at every wake-up of the group would
+// send several times as many), and every command is acknowledged once.
+func TestEachBotKeepsItsRate(t *testing.T) {
+	srv, ca, secret := startBotServer(t, server.Durable)
+	var mu sync.Mutex
+	acked := map[uint32]map[uint64]int{}
+	const n, rate, dur = 6, 25, 2 * time.Second
+	rep, err := Run(context.Background(), Config{Server: srv.Addr(), TLS: ca.ClientTLS(), Secret: secret,
+		N: n, Rate: rate, Duration: dur, Behaviour: Random, Seed: 5, BotsPerSocket: 3,
+		OnAck: func(player uint32, seq uint64, _ wire.AckStatus) {
+			mu.Lock()
+			defer mu.Unlock()
+			if acked[player] == nil {
+				acked[player] = map[uint64]int{}
+			}
+			acked[player][seq]++
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Acked != rep.Sent || len(rep.Errors) != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(acked) != n {
+		t.Fatalf("%d bots acknowledged, want %d", len(acked), n)
+	}
+	turns := rate * dur.Seconds()
+	for p, seqs := range acked {
+		for seq, k := range seqs {
+			if k != 1 {
+				t.Fatalf("bot %d: command %d acknowledged %d times", p, seq, k)
+			}
+		}
+		// The join, then one command per turn: dense from 1.
+		sent := float64(len(seqs))
+		if sent < 1+0.6*turns || sent > 1+turns+2 {
+			t.Fatalf("bot %d sent %v commands in %v at %v/s, want the join and about %v", p, sent, dur, rate, turns)
+		}
 	}
 }
 

@@ -75,6 +75,22 @@ type Config struct {
 	// stream, as clients did before acknowledgements rode in state
 	// updates (Hello.AcksInState false; for comparisons and tests).
 	AcksOnStream bool
+	// OnResult, if set, is given every verdict Results would deliver,
+	// instead of Results (which then only closes when the session ends),
+	// on the goroutine that read it: no channel and no goroutine of the
+	// caller's between the connection and the caller. It is called from
+	// both of a connection's readers (the stream's and the datagrams'),
+	// so possibly concurrently with itself and with OnUpdate, and it must
+	// not block: the connection reads nothing while it runs.
+	OnResult func(wire.CommandResult)
+	// OnUpdate, if set, is given every state update of the current
+	// connection, instead of Updates (which then delivers nothing), on
+	// the goroutine that read it, with the same rules as OnResult. An
+	// update read on a connection that is no longer the session's (one
+	// lost, its reader not yet stopped) is dropped, as Updates drops
+	// those still queued when a connection is lost. The update's Payload
+	// belongs to the callee.
+	OnUpdate func(wire.StateUpdate)
 }
 
 // DefaultStateAckDelay is the default Config.StateAckDelay.
@@ -481,11 +497,14 @@ func (c *Client) Send(cmd wire.GameCommand) (uint64, error) {
 	}
 	if l := c.link; l.ackDue != 0 {
 		// The waiting state acknowledgement rides in this command's
-		// packet: written just before it, on the same stream.
+		// packet: buffered just before it on the same stream, so that
+		// the command's write hands both to QUIC at once (two writes
+		// would let the connection send the first alone).
 		tick := l.ackDue
 		l.ackDue = 0
 		l.ackTimer.Stop()
-		_ = c.writeStateAckLocked(l, tick) // a failed write fails the command's too
+		c.buf = wire.EncodeSession(c.buf[:0], wire.StateAck{Tick: tick})
+		_ = l.st.BufferFrame(c.buf) // a failed write fails the command's too
 	}
 	err := c.link.st.WriteFrame(frame)
 	if err != nil && c.cfg.Reconnect.Attempts > 0 {
@@ -656,11 +675,17 @@ func (c *Client) readStream(l *link) error {
 				}
 			}
 			l.firstTick.CompareAndSwap(0, m.Tick)
+			c.streamUpdates.Add(1)
+			if c.cfg.OnUpdate != nil {
+				if c.cur.Load() == l {
+					c.cfg.OnUpdate(m)
+				}
+				continue
+			}
 			select {
 			case c.updates <- m:
 			default:
 			}
-			c.streamUpdates.Add(1)
 		case wire.Goodbye:
 			goodbye = fmt.Errorf("client: server said goodbye (%s): %s", transport.ErrorCode(m.Code), m.Reason)
 		}
@@ -696,6 +721,12 @@ func (c *Client) readDatagrams(l *link) {
 			}
 		}
 		l.firstTick.CompareAndSwap(0, u.Tick)
+		if c.cfg.OnUpdate != nil {
+			if c.cur.Load() == l {
+				c.cfg.OnUpdate(u)
+			}
+			continue
+		}
 		select {
 		case c.updates <- u:
 		case <-c.done:
@@ -717,6 +748,10 @@ func (c *Client) settle(r wire.CommandResult) bool {
 	c.pmu.Unlock()
 	if !ok {
 		return false
+	}
+	if c.cfg.OnResult != nil {
+		c.cfg.OnResult(r)
+		return true
 	}
 	select {
 	case c.results <- r:

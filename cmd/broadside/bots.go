@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
 	"github.com/anoptic/broadside/demo/bots"
+	"github.com/anoptic/broadside/internal/report"
 	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/transport"
 	"github.com/spf13/cobra"
@@ -50,7 +50,7 @@ and fires blindly.`,
 				return err
 			}
 			cfg.TLS = tlsCfg
-			if cfg.Secret, err = loadOrCreateSecret(secretFile); err != nil {
+			if cfg.Secret, err = server.LoadOrCreateSecret(secretFile); err != nil {
 				return err
 			}
 			if playersFile == "" {
@@ -61,7 +61,7 @@ and fires blindly.`,
 				cfg.NoReconnect = true
 			}
 			if cpuProfile != "" {
-				stopProfile, err := startCPUProfile(cpuProfile)
+				stopProfile, err := report.CPUProfileToFile(cpuProfile)
 				if err != nil {
 					return err
 				}
@@ -105,18 +105,4 @@ and fires blindly.`,
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write the bots' CPU profile (the whole run, connections included) to this file, for go tool pprof")
 	f.IntVar(&cfg.BotsPerSocket, "bots-per-socket", 0, "bots sharing one UDP socket (0: 32; 1: a socket each)")
 	return cmd
-}
-
-// startCPUProfile starts a CPU profile written to file; the returned
-// function stops it and closes the file.
-func startCPUProfile(file string) (func(), error) {
-	f, err := os.Create(file)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/anoptic/broadside/cmdlog/msg"
 	"github.com/anoptic/broadside/demo/bots"
 	"github.com/anoptic/broadside/demo/broadside"
+	"github.com/anoptic/broadside/netcode/server"
 	"github.com/anoptic/broadside/netcode/wire"
 	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/anoptic/broadside/replay/world"
@@ -119,7 +120,7 @@ func (r *crashRig) start(extra ...string) (*exec.Cmd, *os.File, <-chan struct{})
 		time.Sleep(10 * time.Millisecond)
 	}
 	if r.secret == nil {
-		if r.secret, err = loadOrCreateSecret(filepath.Join(r.dir, "server.secret")); err != nil {
+		if r.secret, err = server.LoadOrCreateSecret(filepath.Join(r.dir, "server.secret")); err != nil {
 			r.t.Fatal(err)
 		}
 		pem, err := os.ReadFile(filepath.Join(r.dir, "tls", "ca.pem"))

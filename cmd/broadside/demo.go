@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,6 +15,8 @@ import (
 	"github.com/anoptic/broadside/demo/cluster"
 	"github.com/anoptic/broadside/demo/match"
 	"github.com/anoptic/broadside/internal/dst"
+	"github.com/anoptic/broadside/internal/report"
+	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/spf13/cobra"
 )
 
@@ -70,13 +71,13 @@ alone (real cluster, and the deterministic simulator).`,
 			if err != nil {
 				return err
 			}
-			if o.Signer, err = loadSigner(keyFile); err != nil {
+			if o.Signer, err = bsr.LoadSigner(keyFile); err != nil {
 				return err
 			}
 			o.Durability, o.Out = d, cmd.OutOrStdout()
 			rep, err := match.Run(cmd.Context(), o)
 			if jsonFile != "" && rep.Ticks > 0 {
-				if jerr := writeJSONFile(jsonFile, rep); jerr != nil && err == nil {
+				if jerr := report.WriteJSONFile(jsonFile, rep); jerr != nil && err == nil {
 					err = jerr
 				}
 			}
@@ -115,7 +116,7 @@ func runClusterDemo(cmd *cobra.Command, o match.Options, jsonFile string) error 
 	defer stop()
 	rep, err := cluster.Demo(ctx, cluster.DemoOptions{Executable: exe, Dir: o.Dir, Bots: o.Bots, Rate: o.Rate, Duration: o.Duration, Out: cmd.OutOrStdout()})
 	if jsonFile != "" && rep.Acked > 0 {
-		if jerr := writeJSONFile(jsonFile, rep); jerr != nil && err == nil {
+		if jerr := report.WriteJSONFile(jsonFile, rep); jerr != nil && err == nil {
 			err = jerr
 		}
 	}
@@ -212,13 +213,4 @@ func runSimDemo(w io.Writer, opts dst.Options, all bool) error {
 	fmt.Fprintf(w, "  checks        every acknowledged append exactly once, no duplicates, real-time order kept,\n")
 	fmt.Fprintf(w, "                no position changed after it was read, %s\n", lin)
 	return nil
-}
-
-// writeJSONFile writes v as indented JSON to path.
-func writeJSONFile(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

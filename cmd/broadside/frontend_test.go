@@ -136,7 +136,7 @@ func TestFrontEndsRealProcesses(t *testing.T) {
 	// The secret exists before the front ends start (each would create
 	// its own otherwise).
 	secretFile := filepath.Join(dir, "server.secret")
-	secret, err := loadOrCreateSecret(secretFile)
+	secret, err := server.LoadOrCreateSecret(secretFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,7 +129,7 @@ func TestHostileRealProcesses(t *testing.T) {
 	procs = append(procs, serve)
 	waitLogged(t, serveLog.Name(), "listening on", 3000)
 	pid := serve.cmd.Process.Pid
-	secret, err := loadOrCreateSecret(filepath.Join(dir, "server.secret"))
+	secret, err := server.LoadOrCreateSecret(filepath.Join(dir, "server.secret"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/spf13/cobra"
-	"golang.org/x/mod/sumdb/note"
 )
 
 // newKeygenCmd is `broadside keygen`: a server's checkpoint signing key.
@@ -40,9 +39,3 @@ reordered or changed.`,
 	cmd.Flags().BoolVar(&force, "force", false, "replace existing key files")
 	return cmd
 }
-
-// loadSigner reads a signer key file made by keygen ("" gives nil).
-func loadSigner(path string) (note.Signer, error) { return bsr.LoadSigner(path) }
-
-// loadVerifier reads a verifier key file made by keygen.
-func loadVerifier(path string) (note.Verifier, error) { return bsr.LoadVerifier(path) }

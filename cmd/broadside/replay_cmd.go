@@ -280,7 +280,7 @@ func (es *exportSource) openCluster(ctx context.Context, o *exportOptions) error
 }
 
 func runReplayExport(ctx context.Context, out, errOut io.Writer, o exportOptions) error {
-	signer, err := loadSigner(o.key)
+	signer, err := bsr.LoadSigner(o.key)
 	if err != nil {
 		return err
 	}
@@ -375,7 +375,7 @@ after restarts): each later one must prove its log extends the earlier one's.`,
 			}
 			var signed *bsr.SignedResult
 			if keyFile != "" {
-				v, err := loadVerifier(keyFile)
+				v, err := bsr.LoadVerifier(keyFile)
 				if err != nil {
 					return err
 				}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/anoptic/broadside/demo/broadside"
 	"github.com/anoptic/broadside/internal/report"
+	"github.com/anoptic/broadside/replay/bsr"
 	"github.com/spf13/cobra"
 )
 
@@ -31,7 +32,7 @@ unsigned (the original's signatures never cover a fork's log).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.In = args[0]
 			var err error
-			if o.Signer, err = loadSigner(keyFile); err != nil {
+			if o.Signer, err = bsr.LoadSigner(keyFile); err != nil {
 				return err
 			}
 			st, fi, err := broadside.ForkRecording(cmd.Context(), o)

@@ -244,7 +244,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	if err := os.MkdirAll(filepath.Dir(o.secretFile), 0o755); err != nil {
 		return err
 	}
-	secret, err := loadOrCreateSecret(o.secretFile)
+	secret, err := server.LoadOrCreateSecret(o.secretFile)
 	if err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func runServe(ctx context.Context, out io.Writer, o serveOptions) error {
 	var rec *world.Recording
 	if o.record != "" { // from the log, by runners of its own (on a front end too: it has the log)
 		var seg string
-		signer, err := loadSigner(o.signKey)
+		signer, err := bsr.LoadSigner(o.signKey)
 		if err == nil {
 			rec, seg, err = world.StartSegmentRecording(ctx, o.record, game, recID, worldc, bsr.RecordConfig{Logger: quietLogger(), Signer: signer})
 		}

@@ -41,7 +41,7 @@ if the file does not exist it is created with 32 random bytes.`,
 			if err != nil {
 				return err
 			}
-			secret, err := loadOrCreateSecret(secretFile)
+			secret, err := server.LoadOrCreateSecret(secretFile)
 			if err != nil {
 				return err
 			}
@@ -71,7 +71,3 @@ if the file does not exist it is created with 32 random bytes.`,
 	cmd.MarkFlagRequired("player")
 	return cmd
 }
-
-// loadOrCreateSecret reads a server secret (hex or raw), creating a random
-// one if the file does not exist.
-func loadOrCreateSecret(path string) ([]byte, error) { return server.LoadOrCreateSecret(path) }

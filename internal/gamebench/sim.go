@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"sync"
 	"text/tabwriter"
@@ -519,15 +518,11 @@ func (w *simWorld) measureReplay(ctx context.Context, res *simResults) error {
 	}
 	first := end
 	if w.opts.replayProfile != "" {
-		f, err := os.Create(w.opts.replayProfile)
+		stop, err := report.CPUProfileToFile(w.opts.replayProfile)
 		if err != nil {
 			return fmt.Errorf("replay profile: %w", err)
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("replay profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	// The world's shards replay on GOMAXPROCS workers, each taking the
 	// shard furthest behind for a chunk of ticks (replay.RunParallel).

@@ -33,7 +33,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -259,18 +258,11 @@ func runContender(ctx context.Context, c Contender, opts Options, prog Progress,
 		}
 	}()
 	if opts.ProfileDir != "" {
-		f, err := os.Create(filepath.Join(opts.ProfileDir, c.Name+".pprof"))
+		stop, err := report.CPUProfileToFile(filepath.Join(opts.ProfileDir, c.Name+".pprof"))
 		if err != nil {
 			return fail(err)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return fail(err)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			f.Close()
-		}()
+		defer stop()
 	}
 	for _, size := range opts.Sizes {
 		u := &units{p: prog}

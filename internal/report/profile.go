@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"runtime/pprof"
 	"time"
 
@@ -20,6 +21,20 @@ func StartCPUProfile() (*CPUProfile, error) {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	return p, nil
+}
+
+// CPUProfileToFile starts profiling this process into a new file at path
+// (for go tool pprof); stop ends the profile and closes the file.
+func CPUProfileToFile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // Stop ends the profile and returns the CPU time of its samples by the

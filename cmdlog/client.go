@@ -419,6 +419,9 @@ func (c *Client) loop(ctx context.Context) {
 				}
 			}
 		}
+		// Every message was handed on and every completion delivered:
+		// the next round reuses their slices.
+		core.ReuseReady(rd)
 		return nil
 	}
 	c.coreMu.Lock()

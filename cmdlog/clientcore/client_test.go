@@ -251,3 +251,43 @@ func TestFloorsManyClients(t *testing.T) {
 		}
 	}
 }
+
+// TestReuseReady checks that after ReuseReady the next Ready collects its
+// messages and completions in the previous round's arrays, cleared, with
+// the right contents.
+func TestReuseReady(t *testing.T) {
+	c := newTestClient(t, Config{})
+	c.Ready()
+	id1 := c.Append([]byte("a"))
+	rd1 := c.Ready()
+	if got := appendMessages(rd1); len(got) != len(testMembers) || len(got[1]) != 1 || got[1][0][0] != id1 {
+		t.Fatalf("first round: %v", got)
+	}
+	firstMsg := &rd1.Messages[0]
+	c.ReuseReady(rd1)
+	if rd1.Messages[0].Msg != nil {
+		t.Fatalf("the reused round's messages were not cleared")
+	}
+	ackAll(c, id1)
+	id2 := c.Append([]byte("b"))
+	rd2 := c.Ready()
+	if len(rd2.Completions) != 1 || rd2.Completions[0].ID != id1 {
+		t.Fatalf("second round's completions: %+v, want %v's", rd2.Completions, id1)
+	}
+	if got := appendMessages(rd2); len(got) != len(testMembers) || got[2][0][0] != id2 {
+		t.Fatalf("second round: %v", got)
+	}
+	if &rd2.Messages[0] != firstMsg {
+		t.Fatalf("the second round did not reuse the first round's message array")
+	}
+	firstCompletion := &rd2.Completions[0]
+	c.ReuseReady(rd2)
+	if rd2.Completions[0].ID != (msg.RecordID{}) {
+		t.Fatalf("the reused round's completions were not cleared")
+	}
+	ackAll(c, id2)
+	rd3 := c.Ready()
+	if len(rd3.Completions) != 1 || rd3.Completions[0].ID != id2 || &rd3.Completions[0] != firstCompletion {
+		t.Fatalf("third round's completions: %+v (reused: %v)", rd3.Completions, len(rd3.Completions) > 0 && &rd3.Completions[0] == firstCompletion)
+	}
+}

@@ -149,6 +149,11 @@ func RunSeq(ctx context.Context, cfg SeqConfig) error {
 			for _, m := range rd.Messages {
 				send(m)
 			}
+			if cfg.Core.Durability != seq.Fsync {
+				// Nothing holds the round's messages (fsync durability's
+				// held rounds do): the next round reuses their slice.
+				r.ReuseReady(rd)
+			}
 		}
 		for _, v := range r.Violations() {
 			log.Error("invariant violated", "detail", v)

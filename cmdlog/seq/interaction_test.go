@@ -417,6 +417,9 @@ func (h *harness) ready(r *replicaNode) {
 		}
 	}
 	h.queue = append(h.queue, rd.Messages...)
+	// The harness copied the messages: every script runs with the
+	// replica reusing its outbound array, as the memory-durability driver.
+	r.core.ReuseReady(rd)
 	for _, v := range r.core.Violations() {
 		fmt.Fprintf(&h.out, "VIOLATION %s\n", v)
 	}

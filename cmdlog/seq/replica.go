@@ -240,6 +240,27 @@ func (r *Replica) Ready() Ready {
 	return rd
 }
 
+// maxReusedMessages caps the outbound slice ReuseReady keeps: a round
+// that sent more (a view change's) does not pin its array.
+const maxReusedMessages = 256
+
+// ReuseReady tells the replica that its driver is done with rd, the
+// Ready it returned last, before anything else was stepped: every
+// message of rd was handed on (messages are values: a transport that
+// queues one keeps the message, not rd's slice), and nothing refers to
+// rd.Messages any more. The next Ready then collects its messages in the
+// same backing array (cleared) instead of growing a new one, which cost an
+// allocation per round, at one appender one per append on each replica.
+// A driver that keeps rd's messages (a held round, a sync pipe) must not
+// call it. Calling it is optional: it changes no behaviour.
+func (r *Replica) ReuseReady(rd Ready) {
+	if r.ready.Messages != nil || cap(rd.Messages) == 0 || cap(rd.Messages) > maxReusedMessages {
+		return
+	}
+	clear(rd.Messages)
+	r.ready.Messages = rd.Messages[:0]
+}
+
 func (r *Replica) send(to msg.NodeID, m msg.Message) {
 	r.ready.Messages = append(r.ready.Messages, msg.Envelope{From: r.cfg.ID, To: to, Msg: m})
 }

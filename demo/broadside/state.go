@@ -557,7 +557,18 @@ func (r *stateReader) fail(format string, a ...any) {
 	}
 }
 
+// uvarint reads a uvarint of at most max. One-byte values, most of an
+// update's, take an inlined fast path; the rest go through uvarintSlow.
 func (r *stateReader) uvarint(max uint64) uint64 {
+	if len(r.b) > 0 && r.b[0] < 0x80 && uint64(r.b[0]) <= max && r.err == nil {
+		v := uint64(r.b[0])
+		r.b = r.b[1:]
+		return v
+	}
+	return r.uvarintSlow(max)
+}
+
+func (r *stateReader) uvarintSlow(max uint64) uint64 {
 	if r.err != nil {
 		return 0
 	}
@@ -574,7 +585,20 @@ func (r *stateReader) uvarint(max uint64) uint64 {
 	return v
 }
 
+// varint reads a zigzag varint in [lo, hi], one-byte values inlined as
+// in uvarint.
 func (r *stateReader) varint(lo, hi int64) int64 {
+	if len(r.b) > 0 && r.b[0] < 0x80 && r.err == nil {
+		x := int64(r.b[0])
+		if v := x>>1 ^ -(x & 1); v >= lo && v <= hi {
+			r.b = r.b[1:]
+			return v
+		}
+	}
+	return r.varintSlow(lo, hi)
+}
+
+func (r *stateReader) varintSlow(lo, hi int64) int64 {
 	if r.err != nil {
 		return 0
 	}

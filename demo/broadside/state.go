@@ -949,12 +949,115 @@ type StateTracker struct {
 	// ticks before it. A bot that reads only the latest frame, under the
 	// same lock as Apply, allocates nothing per update this way.
 	Reuse bool
+	// Pinned keeps, instead of the frames of the last 16 ticks, only the
+	// latest and those of the ticks the caller pinned (Pin: the ticks it
+	// acknowledged to the server, the only ones a server bases deltas
+	// on), and builds each new frame in the memory of one it let go:
+	// about 7 frames held instead of 16, and the memory rewritten the
+	// most recently freed. The caller must not use a frame once it is
+	// neither Latest nor pinned; late updates (older than Latest) are
+	// applied into new memory and not kept.
+	Pinned bool
+	pins   []*Frame // pinned frames, oldest first
+	free   []*Frame // frames let go, whose memory the next update reuses
+}
+
+// Pinned mode's limits: a pin older than the latest tick by more than
+// pinTicks (servers base deltas at most 15 back) is let go, and so is the
+// oldest beyond maxPins.
+const (
+	pinTicks = 16
+	maxPins  = 8
+)
+
+// Pin keeps the frame of tick as a possible base (Pinned mode) and
+// reports whether it holds it: only the latest frame can be pinned. A
+// caller acknowledges to the server only the ticks it pinned.
+func (t *StateTracker) Pin(tick uint64) bool {
+	if !t.Pinned || t.latest == nil || t.latest.Tick != tick {
+		return false
+	}
+	if n := len(t.pins); n == 0 || t.pins[n-1] != t.latest {
+		t.pins = append(t.pins, t.latest)
+	}
+	t.expirePins()
+	return true
+}
+
+// expirePins lets go of the pins too old or too many.
+func (t *StateTracker) expirePins() {
+	k := 0
+	for k < len(t.pins) && (t.pins[k].Tick+pinTicks < t.latest.Tick || len(t.pins)-k > maxPins) {
+		if t.pins[k] != t.latest {
+			t.free = append(t.free, t.pins[k])
+		}
+		k++
+	}
+	if k > 0 {
+		n := copy(t.pins, t.pins[k:])
+		clear(t.pins[n:])
+		t.pins = t.pins[:n]
+	}
+}
+
+func (t *StateTracker) pinned(f *Frame) bool {
+	for _, p := range t.pins {
+		if p == f {
+			return true
+		}
+	}
+	return false
+}
+
+// applyPinned is Apply in Pinned mode.
+func (t *StateTracker) applyPinned(tick, baseTick uint64, payload []byte) (*Frame, error) {
+	var base *Frame
+	if baseTick != 0 {
+		if t.latest != nil && t.latest.Tick == baseTick {
+			base = t.latest
+		} else {
+			for _, p := range t.pins {
+				if p.Tick == baseTick {
+					base = p
+				}
+			}
+		}
+		if base == nil {
+			return nil, fmt.Errorf("%w: update of tick %d against tick %d (not held)", ErrBaseNotHeld, tick, baseTick)
+		}
+	}
+	late := t.latest != nil && tick <= t.latest.Tick
+	var reuse *Frame
+	if n := len(t.free); n > 0 && !late {
+		reuse = t.free[n-1]
+		t.free[n-1] = nil
+		t.free = t.free[:n-1]
+	}
+	f, err := applyDelta(base, tick, payload, &t.scratch, reuse)
+	if err != nil {
+		if reuse != nil {
+			t.free = append(t.free, reuse) // only memory: its contents do not matter
+		}
+		return nil, fmt.Errorf("update of tick %d against tick %d: %w", tick, baseTick, err)
+	}
+	if late {
+		return f, nil
+	}
+	if old := t.latest; old != nil && !t.pinned(old) {
+		t.free = append(t.free, old)
+	}
+	t.latest = f
+	t.expirePins()
+	return f, nil
 }
 
 // Apply decodes an update of tick against baseTick (0: full) and returns
 // the new frame. An update older than the latest frame is applied but does
 // not become Latest.
 func (t *StateTracker) Apply(tick, baseTick uint64, payload []byte) (*Frame, error) {
+	if t.Pinned {
+		return t.applyPinned(tick, baseTick, payload)
+	}
 	var base *Frame
 	if baseTick != 0 {
 		base = t.frames[baseTick%uint64(len(t.frames))]

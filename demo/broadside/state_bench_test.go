@@ -1,6 +1,8 @@
 package broadside
 
 import (
+	"errors"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 )
@@ -117,5 +119,79 @@ func TestBotTapeRebuildsViews(t *testing.T) {
 	}
 	if balls == 0 {
 		t.Fatal("no balls in view: the test does not exercise their merge")
+	}
+}
+
+// TestTrackerPinnedMatches: a Pinned tracker, given deltas against the
+// ticks it pinned (the newest or an older one, as a server that has not
+// yet read the newest acknowledgement), malformed updates and late ones,
+// rebuilds every view exactly, keeps the pinned frames intact while they
+// can be bases, and holds no more than maxPins + 2 frames.
+func TestTrackerPinnedMatches(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	var frames []*Frame
+	var enc StateEncoder
+	tr := StateTracker{Pinned: true}
+	var pins []*Frame // what the tracker returned for the ticks it pinned
+	allocated := map[*Frame]bool{}
+	for tick := uint64(1); tick <= 300; tick++ {
+		f := randomFrame(r, tick, 60, 400)
+		var prev *Frame
+		if len(frames) > 0 {
+			prev = frames[len(frames)-1]
+		}
+		f.Seal(prev, 1_500_000)
+		frames = append(frames, f)
+		// The server's base: one of the last 3 pins, if recent enough.
+		var base *Frame
+		if n := len(pins); n > 0 {
+			b := pins[max(0, n-1-r.IntN(3))]
+			if tick-b.Tick <= 15 {
+				base = frames[b.Tick-1]
+			}
+		}
+		baseTick := uint64(0)
+		if base != nil {
+			baseTick = base.Tick
+		}
+		p := enc.Encode(nil, f, base, 7)
+		if r.IntN(10) == 0 {
+			if _, err := tr.Apply(tick, baseTick, p[:r.IntN(len(p))]); !errors.Is(err, ErrBadState) {
+				t.Fatalf("tick %d: truncated update: %v", tick, err)
+			}
+		}
+		got, err := tr.Apply(tick, baseTick, p)
+		if err != nil {
+			t.Fatalf("tick %d against %d: %v", tick, baseTick, err)
+		}
+		allocated[got] = true
+		if !reflect.DeepEqual(normalize(got), normalize(f.View(7))) {
+			t.Fatalf("tick %d against %d: the rebuilt view differs", tick, baseTick)
+		}
+		if tick > 5 && r.IntN(8) == 0 {
+			// A late update of an older tick: applied, not kept.
+			old := frames[tick-4]
+			late, err := tr.Apply(old.Tick, 0, enc.Encode(nil, old, nil, 7))
+			if err != nil || !reflect.DeepEqual(normalize(late), normalize(old.View(7))) || tr.Latest() != got {
+				t.Fatalf("tick %d: late update of tick %d: %v", tick, old.Tick, err)
+			}
+		}
+		if tick%3 == 0 {
+			if !tr.Pin(tick) {
+				t.Fatalf("tick %d: the latest frame could not be pinned", tick)
+			}
+			pins = append(pins, got)
+		}
+		if tr.Pin(tick - 1) {
+			t.Fatalf("tick %d: pinned a tick that is not the latest", tick)
+		}
+		for _, p := range pins {
+			if p.Tick+15 >= tick && !reflect.DeepEqual(normalize(p), normalize(frames[p.Tick-1].View(7))) {
+				t.Fatalf("tick %d: the pinned frame of tick %d changed", tick, p.Tick)
+			}
+		}
+	}
+	if n := len(allocated); n > maxPins+2 {
+		t.Fatalf("the tracker built its frames in %d distinct frames, want at most %d", n, maxPins+2)
 	}
 }

@@ -193,9 +193,10 @@ type bot struct {
 	frame  atomic.Pointer[broadside.Frame]
 
 	// The state updates' side, under mu (a connection's two readers
-	// may both deliver updates). The tracker builds each frame in the
-	// memory of one 16 ticks older (Reuse): the bot reads only frame,
-	// the latest, and only under mu, which Apply holds too.
+	// may both deliver updates). The tracker keeps only the latest frame
+	// and those of the ticks the bot acknowledged (Pinned), and builds
+	// each frame in the memory of one it let go: the bot reads only
+	// frame, the latest, and only under mu, which Apply holds too.
 	tr         broadside.StateTracker
 	last       time.Time // arrival of the previous update applied
 	reconnects uint64    // the client's reconnections when the tracker started
@@ -205,8 +206,11 @@ type bot struct {
 	// ackTick is the newest tick applied and not yet handed to the
 	// client's AckState (under mu): the group's driver hands it over at
 	// the bot's next turn, just before the command it then rides with,
-	// so that the readers never wait for the client's writer.
-	ackTick uint64
+	// so that the readers never wait for the client's writer. It hands
+	// over (and pins in the tracker) a tick at least stateAckEvery after
+	// the last one it handed over (lastAcked), so that the tracker holds
+	// every tick the server may base a delta on.
+	ackTick, lastAcked uint64
 	// seq is the last sequence number the bot gave a command (under mu).
 	seq uint64
 
@@ -368,11 +372,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				return
 			}
 			b := &bot{acks: map[uint64]waiting{}, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i)))}
-			b.tr.Reuse = true
+			b.tr.Pinned = true
 			// The bot hands its state acknowledgements to the client at
 			// its next turn, just before that turn's command (bot.turn),
 			// which they ride with in one packet.
-			ccfg := client.Config{Addr: cfg.Server, TLS: cfg.TLS, TokenSource: tokens,
+			// The bot picks the ticks it acknowledges (stateAckEvery):
+			// the client sends each it is given.
+			ccfg := client.Config{Addr: cfg.Server, TLS: cfg.TLS, TokenSource: tokens, StateAckEvery: 1,
 				OnResult: func(r wire.CommandResult) { b.onResult(r, st, cfg.OnDurable, cfg.OnAck) },
 				OnUpdate: func(u wire.StateUpdate) { b.onUpdate(u, st) }}
 			if len(endpoints) > 0 {
@@ -584,7 +590,8 @@ func (b *bot) onUpdate(u wire.StateUpdate, st *stats) {
 	if n := b.c.Reconnects(); n != b.reconnects {
 		// A new connection (perhaps to a restarted server, whose ticks
 		// may be behind ours) starts from a full state.
-		b.reconnects, b.tr, b.last, b.resyncing = n, broadside.StateTracker{Reuse: true}, time.Time{}, true
+		b.reconnects, b.tr, b.last, b.resyncing = n, broadside.StateTracker{Pinned: true}, time.Time{}, true
+		b.ackTick, b.lastAcked = 0, 0
 		b.frame.Store(nil)
 	}
 	if b.resyncing && u.BaseTick != 0 {
@@ -636,6 +643,11 @@ func (b *bot) onUpdate(u wire.StateUpdate, st *stats) {
 	b.ackTick = u.Tick
 	b.mu.Unlock()
 }
+
+// stateAckEvery is how many ticks apart a bot acknowledges state (the
+// client's default): the server bases its deltas on the newest
+// acknowledged tick, so a bot's tracker keeps about 16 / 3 frames.
+const stateAckEvery = 3
 
 // turnSlack is how early a group's driver takes a bot's turn that is due
 // soon after the one it woke for: the bots of a group then share wake-ups.
@@ -703,6 +715,11 @@ func (b *bot) turn(cfg Config, interval time.Duration, now time.Time, st *stats)
 	}
 	ack := b.ackTick
 	b.ackTick = 0
+	if ack != 0 && (b.lastAcked == 0 || ack >= b.lastAcked+stateAckEvery) && b.tr.Pin(ack) {
+		b.lastAcked = ack
+	} else {
+		ack = 0
+	}
 	b.mu.Unlock()
 	if ack != 0 {
 		// The client keeps it for the command sent next (or, with the

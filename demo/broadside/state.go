@@ -557,7 +557,18 @@ func (r *stateReader) fail(format string, a ...any) {
 	}
 }
 
+// uvarint reads a uvarint of at most max. One-byte values, most of an
+// update's, take an inlined fast path; the rest go through uvarintSlow.
 func (r *stateReader) uvarint(max uint64) uint64 {
+	if len(r.b) > 0 && r.b[0] < 0x80 && uint64(r.b[0]) <= max && r.err == nil {
+		v := uint64(r.b[0])
+		r.b = r.b[1:]
+		return v
+	}
+	return r.uvarintSlow(max)
+}
+
+func (r *stateReader) uvarintSlow(max uint64) uint64 {
 	if r.err != nil {
 		return 0
 	}
@@ -574,7 +585,20 @@ func (r *stateReader) uvarint(max uint64) uint64 {
 	return v
 }
 
+// varint reads a zigzag varint in [lo, hi], one-byte values inlined as
+// in uvarint.
 func (r *stateReader) varint(lo, hi int64) int64 {
+	if len(r.b) > 0 && r.b[0] < 0x80 && r.err == nil {
+		x := int64(r.b[0])
+		if v := x>>1 ^ -(x & 1); v >= lo && v <= hi {
+			r.b = r.b[1:]
+			return v
+		}
+	}
+	return r.varintSlow(lo, hi)
+}
+
+func (r *stateReader) varintSlow(lo, hi int64) int64 {
 	if r.err != nil {
 		return 0
 	}
@@ -637,11 +661,17 @@ type deltaScratch struct {
 
 // applyDelta is ApplyDelta with scratch space and, if reuse is not nil,
 // a frame (not base) whose memory becomes the result's.
+//
+// It merges in one pass per kind: the changes are decoded straight into
+// the result, between the runs of base entities that carry over, and
+// nothing is decoded into scratch first and copied again. What it accepts
+// and what it rebuilds are those of the two-pass merge it replaced
+// (applyDeltaReference in the tests, which compare them).
 func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch, reuse *Frame) (*Frame, error) {
 	if sc == nil {
 		sc = &deltaScratch{}
 	}
-	r := &stateReader{b: payload}
+	r := stateReader{b: payload}
 	if v := r.byte1(); r.err == nil && v != stateFormat {
 		return nil, fmt.Errorf("%w: format %d, want %d", ErrBadState, v, stateFormat)
 	}
@@ -655,45 +685,94 @@ func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch, reus
 		dt = tick - base.Tick
 		baseShips, baseBalls = base.Ships, base.Balls
 	}
-	out := &Frame{Tick: tick}
+	var out *Frame
 	var shipsMem []ShipView
 	var ballsMem []BallView
 	if reuse != nil {
 		shipsMem, ballsMem = reuse.Ships[:0], reuse.Balls[:0]
 		*reuse = Frame{Tick: tick}
 		out = reuse
+	} else {
+		out = &Frame{Tick: tick}
 	}
+	ships, err := mergeShips(&r, baseShips, dt, sc, shipsMem)
+	if err != nil {
+		return nil, err
+	}
+	out.Ships = ships
+	balls, err := mergeBalls(&r, baseBalls, dt, sc, ballsMem)
+	if err != nil {
+		return nil, err
+	}
+	out.Balls = balls
+	return out, nil
+}
 
+// mergeShips decodes the ships' part of an update (removals, then
+// changes) and merges it with base into dst: base ships not removed carry
+// over (carried), changed ones are replaced, new ones inserted.
+func mergeShips(r *stateReader, base []ShipView, dt uint64, sc *deltaScratch, dst []ShipView) ([]ShipView, error) {
 	removed := r.ids(sc.removed[:0], maxStateShips)
+	defer func() { sc.removed = removed[:0] }()
 	n := int(r.uvarint(maxStateShips))
-	ships := slices.Grow(sc.ships[:0], min(n, len(r.b)))
-	defer func() { sc.ships = ships[:0] }()
+	if r.err != nil {
+		return nil, r.err
+	}
+	out := slices.Grow(dst, len(base)+min(n, len(r.b)))
+	bi, ri := 0, 0
+	// carry appends the base ships below id that are not removed.
+	carry := func(id lineage.EntityID, all bool) error {
+		for ; bi < len(base) && (all || base[bi].ID < id); bi++ {
+			b := &base[bi]
+			if ri < len(removed) && removed[ri] <= b.ID {
+				if removed[ri] < b.ID {
+					return fmt.Errorf("%w: removed ship %d not in the base", ErrBadState, removed[ri])
+				}
+				ri++
+				continue
+			}
+			out = append(out, carried(*b, dt))
+		}
+		return nil
+	}
 	var prev lineage.EntityID
-	bi := 0
-	for k := 0; k < n && r.err == nil; k++ {
+	for k := 0; k < n; k++ {
 		d := r.uvarint(1<<63 - 1)
+		if r.err != nil {
+			return nil, r.err
+		}
 		if k > 0 && d == 0 || uint64(prev)+d < uint64(prev) {
 			r.fail("ship ids not increasing")
-			break
+			return nil, r.err
 		}
 		prev += lineage.EntityID(d)
+		if err := carry(prev, false); err != nil {
+			return nil, err
+		}
+		inBase := bi < len(base) && base[bi].ID == prev
+		if ri < len(removed) && removed[ri] <= prev {
+			if removed[ri] == prev && inBase {
+				return nil, fmt.Errorf("%w: ship %d both removed and updated", ErrBadState, prev)
+			}
+			return nil, fmt.Errorf("%w: removed ship %d not in the base", ErrBadState, removed[ri])
+		}
 		mask := r.byte1()
 		var b ShipView
-		for bi < len(baseShips) && baseShips[bi].ID < prev {
-			bi++
-		}
 		if mask&shipFull != 0 {
 			if mask != shipFull {
 				r.fail("full ship with other mask bits")
-				break
+				return nil, r.err
 			}
 			mask = 0xFE
 		} else {
-			if bi == len(baseShips) || baseShips[bi].ID != prev {
+			if !inBase {
 				r.fail("change to ship %d not in the base", prev)
-				break
+				return nil, r.err
 			}
-			b = carried(baseShips[bi], dt)
+			b = carried(base[bi], dt)
+		}
+		if inBase {
+			bi++ // replaced
 		}
 		v := b
 		v.ID = prev
@@ -729,55 +808,92 @@ func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch, reus
 			v.PortReload = uint32(r.uvarint(1<<32 - 1))
 			v.StarboardReload = uint32(r.uvarint(1<<32 - 1))
 		}
-		ships = append(ships, v)
+		if r.err != nil {
+			return nil, r.err
+		}
+		out = append(out, v)
 	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	// Merge: base ships not removed carry over; updated ones replace.
-	out.Ships = slices.Grow(shipsMem, len(baseShips)+len(ships))
-	ri, ui := 0, 0
-	for _, b := range baseShips {
-		if ri < len(removed) && removed[ri] < b.ID {
-			return nil, fmt.Errorf("%w: removed ship %d not in the base", ErrBadState, removed[ri])
-		}
-		for ui < len(ships) && ships[ui].ID < b.ID {
-			out.Ships = append(out.Ships, ships[ui])
-			ui++
-		}
-		if ri < len(removed) && removed[ri] == b.ID {
-			ri++
-			if ui < len(ships) && ships[ui].ID == b.ID {
-				return nil, fmt.Errorf("%w: ship %d both removed and updated", ErrBadState, b.ID)
-			}
-			continue
-		}
-		if ui < len(ships) && ships[ui].ID == b.ID {
-			out.Ships = append(out.Ships, ships[ui])
-			ui++
-			continue
-		}
-		out.Ships = append(out.Ships, carried(b, dt))
+	if err := carry(0, true); err != nil {
+		return nil, err
 	}
 	if ri < len(removed) {
 		return nil, fmt.Errorf("%w: removed ship %d not in the base", ErrBadState, removed[ri])
 	}
-	out.Ships = append(out.Ships, ships[ui:]...)
-	if len(out.Ships) > maxStateShips {
-		return nil, fmt.Errorf("%w: %d ships", ErrBadState, len(out.Ships))
+	if len(out) > maxStateShips {
+		return nil, fmt.Errorf("%w: %d ships", ErrBadState, len(out))
 	}
+	return out, nil
+}
 
-	removed = r.ids(removed[:0], maxStateBalls)
+// flyRun appends to dst the balls of src below stop (bounded; else all of
+// them), flown on by vdt ticks (adt: the same as a uint32), and says how
+// many.
+func flyRun(dst, src []BallView, stop lineage.EntityID, bounded bool, vdt int32, adt uint32) ([]BallView, int) {
+	dst = slices.Grow(dst, len(src))
+	n := len(dst)
+	free := dst[n : n+len(src)]
+	i := 0
+	for ; i < len(src); i++ {
+		b := &src[i]
+		if bounded && b.ID >= stop {
+			break
+		}
+		o := &free[i]
+		*o = *b
+		o.X += b.VX * vdt
+		o.Y += b.VY * vdt
+		o.Age += adt
+	}
+	return dst[:n+i], i
+}
+
+// mergeBalls decodes the balls' part of an update (removals, then new
+// balls), which must end the payload, and merges it with base into dst:
+// base balls not removed fly on (flown), new ones are inserted (a ball
+// removed and sent again replaces its base self).
+func mergeBalls(r *stateReader, base []BallView, dt uint64, sc *deltaScratch, dst []BallView) ([]BallView, error) {
+	removed := r.ids(sc.removed[:0], maxStateBalls)
 	defer func() { sc.removed = removed[:0] }()
-	n = int(r.uvarint(maxStateBalls))
-	balls := slices.Grow(sc.balls[:0], min(n, len(r.b)))
-	defer func() { sc.balls = balls[:0] }()
-	prev = 0
-	for k := 0; k < n && r.err == nil; k++ {
+	n := int(r.uvarint(maxStateBalls))
+	if r.err != nil {
+		return nil, r.err
+	}
+	out := slices.Grow(dst, len(base)+min(n, len(r.b)))
+	bi, ri := 0, 0
+	vdt, adt := int32(dt), uint32(dt)
+	// carry appends the base balls below lim (all: every one left) that
+	// are not removed, flown on by dt: the runs between removals in a
+	// tight loop.
+	carry := func(lim lineage.EntityID, all bool) error {
+		for bi < len(base) && (all || base[bi].ID < lim) {
+			stop, bounded := lim, !all
+			if ri < len(removed) && (!bounded || removed[ri] < stop) {
+				stop, bounded = removed[ri], true
+			}
+			var m int
+			out, m = flyRun(out, base[bi:], stop, bounded, vdt, adt)
+			bi += m
+			if bi == len(base) || !all && base[bi].ID >= lim {
+				return nil
+			}
+			// The run stopped at the next removal (stop, below lim).
+			if base[bi].ID != removed[ri] {
+				return fmt.Errorf("%w: removed ball %d not in the base", ErrBadState, removed[ri])
+			}
+			bi++
+			ri++
+		}
+		return nil
+	}
+	var prev lineage.EntityID
+	for k := 0; k < n; k++ {
 		d := r.uvarint(1<<63 - 1)
+		if r.err != nil {
+			return nil, r.err
+		}
 		if k > 0 && d == 0 || uint64(prev)+d < uint64(prev) {
 			r.fail("ball ids not increasing")
-			break
+			return nil, r.err
 		}
 		prev += lineage.EntityID(d)
 		v := BallView{ID: prev}
@@ -789,39 +905,32 @@ func applyDelta(base *Frame, tick uint64, payload []byte, sc *deltaScratch, reus
 		v.VY = int32(r.varint(-1<<31, 1<<31-1))
 		v.Age = uint32(r.uvarint(1<<32 - 1))
 		v.Lifetime = uint32(r.uvarint(1<<32 - 1))
-		balls = append(balls, v)
-	}
-	if r.err != nil {
-		return nil, r.err
+		if r.err != nil {
+			return nil, r.err
+		}
+		if err := carry(prev, false); err != nil {
+			return nil, err
+		}
+		if bi < len(base) && base[bi].ID == prev {
+			if ri == len(removed) || removed[ri] != prev {
+				return nil, fmt.Errorf("%w: new ball %d already in the base", ErrBadState, prev)
+			}
+			bi++ // removed and sent again
+			ri++
+		}
+		out = append(out, v)
 	}
 	if len(r.b) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the update", ErrBadState, len(r.b))
 	}
-	out.Balls = slices.Grow(ballsMem, len(baseBalls)+len(balls))
-	ri, ui = 0, 0
-	for _, b := range baseBalls {
-		if ri < len(removed) && removed[ri] < b.ID {
-			return nil, fmt.Errorf("%w: removed ball %d not in the base", ErrBadState, removed[ri])
-		}
-		for ui < len(balls) && balls[ui].ID < b.ID {
-			out.Balls = append(out.Balls, balls[ui])
-			ui++
-		}
-		if ri < len(removed) && removed[ri] == b.ID {
-			ri++
-			continue
-		}
-		if ui < len(balls) && balls[ui].ID == b.ID {
-			return nil, fmt.Errorf("%w: new ball %d already in the base", ErrBadState, b.ID)
-		}
-		out.Balls = append(out.Balls, flown(b, dt))
+	if err := carry(0, true); err != nil {
+		return nil, err
 	}
 	if ri < len(removed) {
 		return nil, fmt.Errorf("%w: removed ball %d not in the base", ErrBadState, removed[ri])
 	}
-	out.Balls = append(out.Balls, balls[ui:]...)
-	if len(out.Balls) > maxStateBalls {
-		return nil, fmt.Errorf("%w: %d balls", ErrBadState, len(out.Balls))
+	if len(out) > maxStateBalls {
+		return nil, fmt.Errorf("%w: %d balls", ErrBadState, len(out))
 	}
 	return out, nil
 }
@@ -840,12 +949,115 @@ type StateTracker struct {
 	// ticks before it. A bot that reads only the latest frame, under the
 	// same lock as Apply, allocates nothing per update this way.
 	Reuse bool
+	// Pinned keeps, instead of the frames of the last 16 ticks, only the
+	// latest and those of the ticks the caller pinned (Pin: the ticks it
+	// acknowledged to the server, the only ones a server bases deltas
+	// on), and builds each new frame in the memory of one it let go:
+	// about 7 frames held instead of 16, and the memory rewritten the
+	// most recently freed. The caller must not use a frame once it is
+	// neither Latest nor pinned; late updates (older than Latest) are
+	// applied into new memory and not kept.
+	Pinned bool
+	pins   []*Frame // pinned frames, oldest first
+	free   []*Frame // frames let go, whose memory the next update reuses
+}
+
+// Pinned mode's limits: a pin older than the latest tick by more than
+// pinTicks (servers base deltas at most 15 back) is let go, and so is the
+// oldest beyond maxPins.
+const (
+	pinTicks = 16
+	maxPins  = 8
+)
+
+// Pin keeps the frame of tick as a possible base (Pinned mode) and
+// reports whether it holds it: only the latest frame can be pinned. A
+// caller acknowledges to the server only the ticks it pinned.
+func (t *StateTracker) Pin(tick uint64) bool {
+	if !t.Pinned || t.latest == nil || t.latest.Tick != tick {
+		return false
+	}
+	if n := len(t.pins); n == 0 || t.pins[n-1] != t.latest {
+		t.pins = append(t.pins, t.latest)
+	}
+	t.expirePins()
+	return true
+}
+
+// expirePins lets go of the pins too old or too many.
+func (t *StateTracker) expirePins() {
+	k := 0
+	for k < len(t.pins) && (t.pins[k].Tick+pinTicks < t.latest.Tick || len(t.pins)-k > maxPins) {
+		if t.pins[k] != t.latest {
+			t.free = append(t.free, t.pins[k])
+		}
+		k++
+	}
+	if k > 0 {
+		n := copy(t.pins, t.pins[k:])
+		clear(t.pins[n:])
+		t.pins = t.pins[:n]
+	}
+}
+
+func (t *StateTracker) pinned(f *Frame) bool {
+	for _, p := range t.pins {
+		if p == f {
+			return true
+		}
+	}
+	return false
+}
+
+// applyPinned is Apply in Pinned mode.
+func (t *StateTracker) applyPinned(tick, baseTick uint64, payload []byte) (*Frame, error) {
+	var base *Frame
+	if baseTick != 0 {
+		if t.latest != nil && t.latest.Tick == baseTick {
+			base = t.latest
+		} else {
+			for _, p := range t.pins {
+				if p.Tick == baseTick {
+					base = p
+				}
+			}
+		}
+		if base == nil {
+			return nil, fmt.Errorf("%w: update of tick %d against tick %d (not held)", ErrBaseNotHeld, tick, baseTick)
+		}
+	}
+	late := t.latest != nil && tick <= t.latest.Tick
+	var reuse *Frame
+	if n := len(t.free); n > 0 && !late {
+		reuse = t.free[n-1]
+		t.free[n-1] = nil
+		t.free = t.free[:n-1]
+	}
+	f, err := applyDelta(base, tick, payload, &t.scratch, reuse)
+	if err != nil {
+		if reuse != nil {
+			t.free = append(t.free, reuse) // only memory: its contents do not matter
+		}
+		return nil, fmt.Errorf("update of tick %d against tick %d: %w", tick, baseTick, err)
+	}
+	if late {
+		return f, nil
+	}
+	if old := t.latest; old != nil && !t.pinned(old) {
+		t.free = append(t.free, old)
+	}
+	t.latest = f
+	t.expirePins()
+	return f, nil
 }
 
 // Apply decodes an update of tick against baseTick (0: full) and returns
 // the new frame. An update older than the latest frame is applied but does
 // not become Latest.
 func (t *StateTracker) Apply(tick, baseTick uint64, payload []byte) (*Frame, error) {
+	if t.Pinned {
+		return t.applyPinned(tick, baseTick, payload)
+	}
 	var base *Frame
 	if baseTick != 0 {
 		base = t.frames[baseTick%uint64(len(t.frames))]

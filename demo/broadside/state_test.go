@@ -48,6 +48,9 @@ func TestStateDeltaRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatalf("tick %d viewer %d base %v: %v", f.Tick, viewer, back, err)
 				}
+				if ref, err := applyDeltaReference(baseView, f.Tick, p, nil, nil); err != nil || !reflect.DeepEqual(normalize(ref), normalize(got)) {
+					t.Fatalf("tick %d viewer %d back %d: the two-pass reference merge differs (%v)", f.Tick, viewer, back, err)
+				}
 				want := f.View(viewer)
 				if !reflect.DeepEqual(normalize(got), normalize(want)) {
 					t.Fatalf("tick %d viewer %d back %d: rebuilt frame differs (%d/%d ships, %d/%d balls)",
@@ -115,11 +118,18 @@ func FuzzApplyDelta(f *testing.F) {
 			b = base
 		}
 		out, err := ApplyDelta(b, 12, p)
+		ref, refErr := applyDeltaReference(b, 12, p, nil, nil)
+		if (err == nil) != (refErr == nil) {
+			t.Fatalf("one-pass merge: %v; two-pass reference: %v", err, refErr)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrBadState) {
 				t.Fatalf("error does not wrap ErrBadState: %v", err)
 			}
 			return
+		}
+		if !reflect.DeepEqual(normalize(out), normalize(ref)) {
+			t.Fatalf("one-pass merge rebuilt %+v, the two-pass reference %+v", out, ref)
 		}
 		for i := 1; i < len(out.Ships); i++ {
 			if out.Ships[i].ID <= out.Ships[i-1].ID {

@@ -160,6 +160,10 @@ func Open(dir string, opts Options) (*Pebble, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shardstore: open %s: %w", dir, err)
 	}
+	if err := upgradeFormat(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("shardstore: open %s: %w", dir, err)
+	}
 	if err := db.CheckFormat(keyFormat, formatVersion, ErrCorrupt); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("shardstore: open %s: %w", dir, err)
@@ -167,6 +171,50 @@ func Open(dir string, opts Options) (*Pebble, error) {
 	p := &Pebble{db: db, writeOpts: writeOpts, dir: dir, fs: opts.FS}
 	p.idle.L = &p.mu
 	return p, nil
+}
+
+// upgradeFormat moves a store of format 1 to the current format in one
+// synced batch: its Meta goes from below the entries to above them (see the
+// key layout) and the format marker is rewritten. A crash before the batch
+// leaves format 1, which the next Open moves again; other stores are left to
+// CheckFormat.
+func upgradeFormat(db *pebbledb.DB) error {
+	v, closer, err := db.Get(keyFormat)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read format marker: %w", err)
+	}
+	old := string(v) == formatV1
+	_ = closer.Close()
+	if !old {
+		return nil
+	}
+	b := db.NewBatch()
+	defer b.Close()
+	meta, closer, err := db.Get(keyMetaV1)
+	switch {
+	case err == nil:
+		// Set copies the value; decodeMeta checks it when it is read.
+		err = b.Set(keyMeta, meta, nil)
+		_ = closer.Close()
+		if err == nil {
+			err = b.Delete(keyMetaV1, nil)
+		}
+	case errors.Is(err, pebble.ErrNotFound):
+		err = nil
+	}
+	if err == nil {
+		err = b.Set(keyFormat, []byte(formatVersion), nil)
+	}
+	if err == nil {
+		err = db.Apply(b, pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("move format %q to %q: %w", formatV1, formatVersion, err)
+	}
+	return nil
 }
 
 // acquire registers a call in progress; it fails once Close has begun.

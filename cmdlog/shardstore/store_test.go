@@ -466,3 +466,75 @@ func TestPebbleScanPanic(t *testing.T) {
 		t.Fatalf("Close after a panicking Scan: %v", err)
 	}
 }
+
+func TestMetaKeySortsAboveEntries(t *testing.T) {
+	// The Meta key is rewritten with nearly every batch; below the entries
+	// it would make every flushed table's key range cover all older entries
+	// (see the key layout in codec.go).
+	for _, k := range [][]byte{entryKey(0), entryKey(math.MaxUint64), keyEntriesEnd} {
+		if string(keyMeta) <= string(k) {
+			t.Errorf("Meta key %x sorts at or below %x", keyMeta, k)
+		}
+	}
+}
+
+func TestOpenMovesFormat1(t *testing.T) {
+	for _, withMeta := range []bool{true, false} {
+		fs := vfs.NewMem()
+		p, err := Open("shard", Options{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := shard.Writes{Puts: storagetest.Range(1, 5, "a")}
+		want := shard.Meta{}
+		if withMeta {
+			want = shard.Meta{Epoch: 3, StableGP: 4, Trimmed: 0}
+			w.Meta = &want
+		}
+		if err := p.Apply(w); err != nil {
+			t.Fatal(err)
+		}
+		// Rewrite the store as format 1 left it: Meta below the entries.
+		if withMeta {
+			v, closer, err := p.db.Get(keyMeta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v = append([]byte(nil), v...)
+			_ = closer.Close()
+			if err := p.db.Set(keyMetaV1, v, pebble.Sync); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.db.Delete(keyMeta, pebble.Sync); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.db.Set(keyFormat, []byte(formatV1), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+
+		p = openPebble(t, "shard", Options{FS: fs})
+		storagetest.CheckState(t, p, storagetest.State{Entries: storagetest.Range(1, 5, "a"), Meta: want})
+		v, closer, err := p.db.Get(keyFormat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(v) != formatVersion {
+			t.Errorf("format after Open = %q, want %q", v, formatVersion)
+		}
+		_ = closer.Close()
+		if _, _, err := p.db.Get(keyMetaV1); !errors.Is(err, pebble.ErrNotFound) {
+			t.Errorf("format 1's Meta key after Open: %v, want gone", err)
+		}
+		next := shard.Meta{Epoch: 4, StableGP: 5}
+		if err := p.Apply(shard.Writes{Meta: &next}); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := p.Meta(); err != nil || m != next {
+			t.Errorf("Meta after a write = %+v, %v; want %+v", m, err, next)
+		}
+	}
+}

@@ -216,11 +216,11 @@ func TestFsyncAckWaitsForSync(t *testing.T) {
 	acks, beats, views := net.acks.Load(), net.heartbeats.Load(), net.startViews.Load()
 	done := make(chan error, 1)
 	go func() { done <- c.AppendWithID(ctx, msg.RecordID{Client: 7, Seq: 6}, []byte("y")) }()
-	// 150 ms: 1.5 times the default suspicion time (20 ticks of 5 ms).
+	// 450 ms: 1.5 times the default suspicion time (60 ticks of 5 ms).
 	select {
 	case err := <-done:
 		t.Fatalf("the append returned (%v) while no sync could return", err)
-	case <-time.After(150 * time.Millisecond):
+	case <-time.After(450 * time.Millisecond):
 	}
 	if n := net.acks.Load() - acks; n != 0 {
 		t.Fatalf("%d AppendAcks left while every sync was held", n)

@@ -50,7 +50,7 @@ func (f *clusterFlags) registerPrefixed(fs *pflag.FlagSet, prefix string) {
 	fs.StringVar(&f.caFile, prefix+"ca", "", "production: CA certificate file that signs every node's certificate")
 	fs.StringVar(&f.certFile, prefix+"cert", "", "production: this node's certificate file")
 	fs.StringVar(&f.keyFile, prefix+"key", "", "production: this node's private key file")
-	fs.DurationVar(&f.tick, prefix+"tick", 5*time.Millisecond, "protocol tick (heartbeats every 2 ticks, failure suspected after 20)")
+	fs.DurationVar(&f.tick, prefix+"tick", 5*time.Millisecond, "protocol tick (heartbeats every 2 ticks; a silent peer is suspected after 60 ticks, logd --suspect-ticks)")
 	f.nats.register(fs, prefix)
 }
 

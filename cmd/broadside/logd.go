@@ -127,7 +127,7 @@ for every NATS connection of the node.`,
 	f.StringVar(&o.durability, "durability", "fsync", durabilityUsage)
 	f.StringVar(&o.embeddedNATS, "embedded-nats", "", "start a nats-server in this process on HOST:PORT and use it as the coordinator")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /debug/pprof on this address")
-	f.IntVar(&o.suspect, "suspect-ticks", 20, "ticks of silence before a peer is considered failed")
+	f.IntVar(&o.suspect, "suspect-ticks", 60, "ticks of silence before a peer is considered failed (a crashed process is seen at once through the liveness connections; this covers a lost machine or path)")
 	f.IntVar(&o.maxClients, "max-clients", 0, "log clients (each player session of a game server is one) whose dedup marks a sequencing replica keeps within their lease; a full table refuses a new one busy (0: 4096; at most 5825, what a view record holds)")
 	f.BoolVar(&o.noCrashDetect, "no-crash-detect", false, "do not hold TCP liveness connections to the other sequencing replicas (on the TCP port numbered like each one's UDP port): a peer's crash is then noticed only after --suspect-ticks of silence")
 	f.StringVar(&o.shardStore, "shard-store", "pebble", "where a shard keeps its entries: pebble (local, under --data) or jetstream (a NATS JetStream stream)")

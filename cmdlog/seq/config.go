@@ -159,7 +159,13 @@ func (c *Config) applyDefaults() {
 		c.HeartbeatTicks = 2
 	}
 	if c.SuspectTicks <= 0 {
-		c.SuspectTicks = 20
+		// 300 ms at the default 5 ms tick. A process crash is seen
+		// sooner through the mesh's liveness connections (msg.PeerGone);
+		// this timeout covers a lost machine or path. 20 ticks (100 ms)
+		// suspected live peers on a loaded 2-core machine: 2 to 15 view
+		// changes in each fault-free `bench log --sizes 4096` run, each
+		// resending batches (docs/benchmarks.md, session 19).
+		c.SuspectTicks = 60
 	}
 	if c.RetryTicks <= 0 {
 		c.RetryTicks = 4

@@ -227,7 +227,7 @@ func (h *harness) bootstrap(t *testing.T, d *datadriven.TestData) {
 		id := msg.NodeID(101 + i)
 		h.layout.Shards = append(h.layout.Shards, id)
 	}
-	h.cfg = seq.Config{Layout: h.layout, BatchSize: intArg(t, d, "batch", 0), SuspectTicks: intArg(t, d, "suspect", 0),
+	h.cfg = seq.Config{Layout: h.layout, BatchSize: intArg(t, d, "batch", 0), SuspectTicks: intArg(t, d, "suspect", 20),
 		CheckpointRecords: intArg(t, d, "checkpoint", -1), MaxHeldBytes: int64(intArg(t, d, "held", 0)),
 		MaxClients: intArg(t, d, "clients", 0), DedupWindow: intArg(t, d, "window", 0), LeaseViews: intArg(t, d, "lease", 0)}
 	if d.HasArg("durability") {

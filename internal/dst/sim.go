@@ -332,6 +332,9 @@ func (s *sim) replicaConfig(id msg.NodeID) seq.Config {
 		CheckpointRecords: []int{-1, 1, 8, 40, 200}[s.rng.IntN(5)],
 		// Half the replicas hold little before they refuse appends busy.
 		MaxHeldBytes: []int64{0, 0, 200, 1000}[s.rng.IntN(4)],
+		// The seeds' schedules were found with 20 ticks of suspicion
+		// (the default until session 19): views change often.
+		SuspectTicks: 20,
 		Bugs:         s.opts.Bugs,
 		// The dedup-lease seeds: small leases, tables and windows.
 		LeaseViews:  s.lease,
